@@ -1,0 +1,7 @@
+"""``python -m ragmon``."""
+
+import sys
+
+from ragmon.cli import main
+
+sys.exit(main())

@@ -1,0 +1,114 @@
+"""The ``ragmon`` command line: ``eval`` and ``compare`` (offline scoring)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from ragmon import __version__
+from ragmon.errors import RagmonError, UsageError
+from ragmon.offline.compare import compare_runs
+from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold
+from ragmon.offline.records import EvalRecord, Qrels, read_qrels, read_records
+from ragmon.offline.report import FORMATS, render_compare, render_eval
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _build_parser() -> _Parser:
+    parser = _Parser(prog="ragmon", description="Production monitor for RAG services.")
+    parser.add_argument("--version", action="version", version=f"ragmon {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--qrels", metavar="FILE", help="relevance labels (JSONL by query_id or query text, or TREC qrels); they win over labels in the records")
+        p.add_argument("--k", default="1,3,5,10", metavar="K,…", help="cut-offs (default 1,3,5,10)")
+        p.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
+
+    ev = commands.add_parser("eval", help="score JSONL files of RAG records", description="Score JSONL files of RAG records (one run). Exit 1 when a --fail-under threshold fails, 2 on bad input.")
+    ev.add_argument("files", nargs="+", metavar="FILE")
+    common(ev)
+    ev.add_argument("--fail-under", action="append", default=[], metavar="METRIC@K=VALUE", help="fail (exit 1) when the mean is below VALUE, e.g. hit_rate@5=0.8 or mrr=0.5; repeatable")
+
+    cmp = commands.add_parser("compare", help="compare two runs of the same queries", description="Compare two runs of the same queries: means on their common queries, difference B − A, paired randomization-test p-value and bootstrap 95%% CI.")
+    cmp.add_argument("a", metavar="A")
+    cmp.add_argument("b", metavar="B")
+    common(cmp)
+    cmp.add_argument("--seed", type=int, default=0, help="random seed of the tests (default 0)")
+    cmp.add_argument("--resamples", type=int, default=10_000, help="resamples of each test (default 10000)")
+    return parser
+
+
+def _read_run(paths: Sequence[str], progress: bool) -> list[EvalRecord]:
+    records: list[EvalRecord] = []
+    for path in paths:
+        records.extend(read_records(path, progress=progress))
+    return records
+
+
+def _qrels(path: str | None, progress: bool) -> Qrels | None:
+    return None if path is None else read_qrels(path, progress=progress)
+
+
+def _eval(args: argparse.Namespace, progress: bool) -> int:
+    ks = parse_ks(args.k)
+    thresholds = [parse_threshold(t) for t in args.fail_under]
+    qrels = _qrels(args.qrels, progress)
+    records = _read_run(args.files, progress)
+    report = evaluate(args.files, records, qrels, ks, thresholds)
+    print(render_eval(report, args.format))
+    for result in report.thresholds:
+        if not result.passed:
+            value = "no scored query" if result.value is None else f"{result.value:.4f}"
+            print(f"ragmon eval: FAIL {result.threshold.key} = {value} < {result.threshold.minimum:g}", file=sys.stderr)
+    return EXIT_OK if report.passed else EXIT_THRESHOLD
+
+
+def _compare(args: argparse.Namespace, progress: bool) -> int:
+    ks = parse_ks(args.k)
+    if args.resamples < 1:
+        raise UsageError(f"--resamples must be >= 1, got {args.resamples}")
+    qrels = _qrels(args.qrels, progress)
+    run_a = _read_run([args.a], progress)
+    run_b = _read_run([args.b], progress)
+    comparison = compare_runs(args.a, run_a, args.b, run_b, qrels, ks, resamples=args.resamples, seed=args.seed)
+    print(render_compare(comparison, args.format))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("choose a command: eval, compare")
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+    progress = sys.stderr.isatty()
+    try:
+        if args.command == "eval":
+            return _eval(args, progress)
+        return _compare(args, progress)
+    except RagmonError as exc:
+        print(f"ragmon {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

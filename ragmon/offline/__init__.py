@@ -1,0 +1,1 @@
+"""Offline scoring of RAG record files: ``ragmon eval`` and ``ragmon compare``."""

@@ -1,0 +1,129 @@
+"""Scoring a run of offline records and checking thresholds (``ragmon eval``)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ragmon.errors import UsageError
+from ragmon.metrics.batch import METRICS, BatchScores, score_queries
+from ragmon.offline.records import EvalRecord, Qrels
+
+__all__ = [
+    "Threshold",
+    "ThresholdResult",
+    "EvalReport",
+    "labels_for",
+    "parse_ks",
+    "parse_threshold",
+    "score_records",
+    "evaluate",
+]
+
+
+def parse_ks(text: str) -> tuple[int, ...]:
+    """``"1,3,5,10"`` -> ``(1, 3, 5, 10)``; ``UsageError`` unless every item is an integer >= 1."""
+    ks: set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdecimal() or int(item) < 1:
+            raise UsageError(f"--k takes integers >= 1 separated by commas, got {text!r}")
+        ks.add(int(item))
+    return tuple(sorted(ks))
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """``--fail-under``: the mean of ``key`` (e.g. ``hit_rate@5``, ``mrr``) must be >= ``minimum``."""
+
+    key: str
+    minimum: float
+
+    @property
+    def k(self) -> int | None:
+        """The cut-off the threshold needs, if any."""
+        return int(self.key.split("@")[1]) if "@" in self.key else None
+
+
+def parse_threshold(text: str) -> Threshold:
+    """Parse ``METRIC@K=VALUE`` (``mrr=VALUE`` for MRR); ``UsageError`` naming the problem."""
+    spec, sep, value = text.partition("=")
+    if not sep:
+        raise UsageError(f"--fail-under takes METRIC@K=VALUE, got {text!r}")
+    name, at, k = spec.strip().lower().partition("@")
+    if name not in METRICS:
+        close = difflib.get_close_matches(name, METRICS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else f" (one of {', '.join(METRICS)})"
+        raise UsageError(f"--fail-under: unknown metric {name!r}{hint}")
+    if name == "mrr" and at:
+        raise UsageError(f"--fail-under: mrr takes no @K, got {text!r}")
+    if name != "mrr" and (not at or not k.isdecimal() or int(k) < 1):
+        raise UsageError(f"--fail-under: {name} needs a cut-off, e.g. {name}@5=0.8, got {text!r}")
+    try:
+        minimum = float(value)
+    except ValueError:
+        raise UsageError(f"--fail-under: {value!r} is not a number in {text!r}") from None
+    if not 0.0 <= minimum <= 1.0:
+        raise UsageError(f"--fail-under: the value must be between 0 and 1, got {text!r}")
+    return Threshold(name if name == "mrr" else f"{name}@{int(k)}", minimum)
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdResult:
+    """A threshold and the mean it was checked against (``None``: no query was scored)."""
+
+    threshold: Threshold
+    value: float | None
+
+    @property
+    def passed(self) -> bool:
+        """True when the mean exists and is at least the minimum."""
+        return self.value is not None and self.value >= self.threshold.minimum
+
+
+@dataclass(frozen=True, slots=True)
+class EvalReport:
+    """What ``ragmon eval`` reports."""
+
+    files: tuple[str, ...]
+    records: int
+    scores: BatchScores
+    means: dict[str, float | None]
+    thresholds: tuple[ThresholdResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when every threshold passed."""
+        return all(t.passed for t in self.thresholds)
+
+
+def labels_for(record: EvalRecord, qrels: Qrels | None) -> dict[str, int]:
+    """The record's labels: from ``qrels`` when it knows the query, else the record's own."""
+    if qrels is not None:
+        found = qrels.lookup(record.query_id, record.query)
+        if found is not None:
+            return found
+    return record.grades or {}
+
+
+def score_records(records: Sequence[EvalRecord], qrels: Qrels | None, ks: Iterable[int]) -> BatchScores:
+    """Score records with the batch metric core."""
+    return score_queries(
+        [r.retrieved for r in records], [labels_for(r, qrels) for r in records], ks
+    )
+
+
+def evaluate(
+    files: Sequence[str],
+    records: Sequence[EvalRecord],
+    qrels: Qrels | None,
+    ks: Iterable[int],
+    thresholds: Sequence[Threshold] = (),
+) -> EvalReport:
+    """Score records at ``ks`` (plus any cut-off a threshold needs) and check the thresholds."""
+    cutoffs = set(ks) | {t.k for t in thresholds if t.k is not None}
+    scores = score_records(records, qrels, cutoffs)
+    means = scores.means()
+    results = tuple(ThresholdResult(t, means[t.key]) for t in thresholds)
+    return EvalReport(tuple(files), len(records), scores, means, results)
