@@ -1,4 +1,4 @@
-"""The ``ragmon`` command line: ``eval`` and ``compare`` (offline scoring)."""
+"""The ``ragmon`` command line: ``eval`` and ``compare`` (offline scoring), ``check-config``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ragmon import __version__
+from ragmon.config import ConfigError, load_config
 from ragmon.errors import RagmonError, UsageError
 from ragmon.offline.compare import compare_runs
 from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold
@@ -47,7 +48,20 @@ def _build_parser() -> _Parser:
     common(cmp)
     cmp.add_argument("--seed", type=int, default=0, help="random seed of the tests (default 0)")
     cmp.add_argument("--resamples", type=int, default=10_000, help="resamples of each test (default 10000)")
+    chk = commands.add_parser("check-config", help="validate a configuration file", description="Validate a TOML configuration: print each problem with its key; exit 2 on error.")
+    chk.add_argument("file", metavar="FILE")
     return parser
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    try:
+        load_config(args.file)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"{args.file}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.file}: ok")
+    return EXIT_OK
 
 
 def _read_run(paths: Sequence[str], progress: bool) -> list[EvalRecord]:
@@ -92,11 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.error("choose a command: eval, compare")
+        parser.error("choose a command: eval, compare, check-config")
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="backslashreplace")
     progress = sys.stderr.isatty()
     try:
+        if args.command == "check-config":
+            return _check_config(args)
         if args.command == "eval":
             return _eval(args, progress)
         return _compare(args, progress)

@@ -1,0 +1,329 @@
+"""Configuration: one frozen dataclass per TOML section, validated with key names.
+
+Every key is optional; ``Config()`` is what ``ragmon run`` uses with no file. ``load_config``
+reads a TOML file, rejects unknown keys (with a did-you-mean), checks every value and raises
+``ConfigError`` listing each problem with its dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragmon.errors import RagmonError
+
+__all__ = [
+    "ConfigError",
+    "Config",
+    "ReceiverConfig",
+    "MetricsConfig",
+    "TracesConfig",
+    "ScoringConfig",
+    "JudgeConfig",
+    "ProbeConfig",
+    "FeedbackConfig",
+    "Price",
+    "parse_duration",
+    "parse_listen",
+    "load_config",
+    "config_from_mapping",
+]
+
+
+class ConfigError(RagmonError):
+    """The configuration is invalid; ``problems`` holds one ``"key: problem"`` line each."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """``"500ms"``, ``"2s"``, ``"5m"``, ``"1h"``, ``"1d"`` -> seconds; ``ValueError`` otherwise."""
+    match = _DURATION.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"expected a duration such as 500ms, 2s, 5m or 1h, got {text!r}")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_listen(text: str) -> tuple[str, int] | None:
+    """``"127.0.0.1:4318"`` -> ``("127.0.0.1", 4318)``; ``""`` -> ``None`` (turned off).
+
+    IPv6 hosts go in brackets: ``"[::1]:4318"``. Port 0 picks a free port.
+    """
+    if text == "":
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f'expected "host:port" (or "" to turn it off), got {text!r}')
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverConfig:
+    """``[receiver]``: OTLP ingest."""
+
+    http: str = "127.0.0.1:4318"
+    grpc: str = "127.0.0.1:4317"
+    token: str = ""
+    max_body_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """``[metrics]``: the Prometheus endpoint."""
+
+    listen: str = "0.0.0.0:9464"
+    token: str = ""
+    max_label_values: int = 100
+    """Distinct values kept per label (service, variant, model, …); more fold into ``other``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TracesConfig:
+    """``[traces]``: trace assembly."""
+
+    grace: str = "2s"
+    max_wait: str = "60s"
+    max_pending: int = 50_000
+    max_spans: int = 1_000_000
+    """Spans held across all pending traces; past it the oldest trace is finished early."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringConfig:
+    """``[scoring]``: retrieval metrics and windows."""
+
+    k: tuple[int, ...] = (1, 3, 5, 10)
+    windows: tuple[str, ...] = ("5m", "1h")
+    document_id: tuple[str, ...] = ("document.id",)
+    variant_attribute: str = "ragmon.variant"
+    golden: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeConfig:
+    """``[judge]``: the sampled LLM judge."""
+
+    base_url: str = ""
+    model: str = "gpt-4o-mini"
+    sample_rate: float = 0.1
+    max_per_minute: int = 60
+    max_usd_per_hour: float = 1.0
+    concurrency: int = 4
+    timeout: str = "30s"
+    enabled: bool | None = None
+    """``None``: on when an OpenAI key or base URL is set (config or environment)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeConfig:
+    """``[[probe]]``: a golden query replayer."""
+
+    name: str = ""
+    url: str = ""
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: Any = field(default_factory=lambda: {"question": "{query}"})
+    interval: str = "60s"
+    timeout: str = "10s"
+    concurrency: int = 2
+    dataset: str = ""
+    response_ids: str = ""
+    response_answer: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackConfig:
+    """``[feedback]``: joining late labels to finished traces."""
+
+    retention: str = "1h"
+    max_traces: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """``[pricing."model"]``: USD per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The whole configuration."""
+
+    receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    traces: TracesConfig = field(default_factory=TracesConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    probe: tuple[ProbeConfig, ...] = ()
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)
+    pricing: Mapping[str, Price] = field(default_factory=dict)
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "receiver": ReceiverConfig,
+    "metrics": MetricsConfig,
+    "traces": TracesConfig,
+    "scoring": ScoringConfig,
+    "judge": JudgeConfig,
+    "feedback": FeedbackConfig,
+}
+_DURATIONS = {
+    "traces.grace", "traces.max_wait", "judge.timeout", "probe.interval", "probe.timeout",
+    "feedback.retention",
+}
+_LISTENS = {"receiver.http", "receiver.grpc", "metrics.listen"}
+_POSITIVE_INTS = {
+    "receiver.max_body_bytes", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
+    "judge.concurrency", "probe.concurrency", "feedback.max_traces",
+}
+
+
+def _unknown(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=1)
+    return f"{key}: unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+def _check_value(key: str, value: Any, default: Any, problems: list[str]) -> Any:
+    """Check one value against its default's type and the key's rules; return it normalized."""
+    expected = type(default)
+    if key == "probe.body":
+        if not isinstance(value, (dict, list, str)):
+            problems.append(f"{key}: expected a table, an array or a string, got {type(value).__name__}")
+            return default
+        return value
+    if key == "probe.headers" and not (
+        isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    ):
+        problems.append(f"{key}: expected a table of strings")
+        return default
+    if isinstance(default, tuple):
+        if not isinstance(value, list):
+            problems.append(f"{key}: expected a list, got {type(value).__name__}")
+            return default
+        item_type = type(default[0]) if default else str
+        if not all(isinstance(v, item_type) and not isinstance(v, bool) for v in value):
+            problems.append(f"{key}: expected a list of {item_type.__name__}")
+            return default
+        value = tuple(value)
+    elif default is None or isinstance(default, bool):
+        if not isinstance(value, bool):
+            problems.append(f"{key}: expected true or false, got {value!r}")
+            return default
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(f"{key}: expected a number, got {value!r}")
+            return default
+        value = float(value)
+    elif isinstance(default, Mapping):
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a table, got {type(value).__name__}")
+            return default
+    elif not isinstance(value, expected) or isinstance(value, bool) != isinstance(default, bool):
+        problems.append(f"{key}: expected {expected.__name__}, got {type(value).__name__} {value!r}")
+        return default
+    try:
+        if key in _DURATIONS:
+            if parse_duration(value) <= 0:
+                raise ValueError(f"must be longer than 0, got {value!r}")
+        elif key in _LISTENS:
+            parse_listen(value)
+        elif key in _POSITIVE_INTS and value < 1:
+            raise ValueError(f"must be at least 1, got {value}")
+        elif key == "scoring.k" and (not value or min(value) < 1):
+            raise ValueError("must list cut-offs >= 1")
+        elif key == "scoring.windows":
+            if not value:
+                raise ValueError("must list at least one window")
+            for w in value:
+                parse_duration(w)
+        elif key == "scoring.document_id" and not value:
+            raise ValueError("must list at least one place")
+        elif key == "judge.sample_rate" and not 0.0 <= value <= 1.0:
+            raise ValueError(f"must be between 0 and 1, got {value}")
+        elif (key in ("judge.max_per_minute", "judge.max_usd_per_hour") or key.startswith("pricing.")) and value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+    except ValueError as exc:
+        problems.append(f"{key}: {exc}")
+        return default
+    return value
+
+
+def _section(name: str, cls: type[Any], table: Any, problems: list[str]) -> Any:
+    if not isinstance(table, dict):
+        problems.append(f"{name}: expected a table, got {type(table).__name__}")
+        return cls()
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    defaults = cls()
+    for key, value in table.items():
+        dotted = f"{name}.{key}"
+        if key not in fields:
+            problems.append(_unknown(dotted, list(fields)))
+            continue
+        values[key] = _check_value(dotted, value, getattr(defaults, key), problems)
+    return cls(**values)
+
+
+def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Config:
+    """Build and validate a ``Config`` from parsed TOML; ``ConfigError`` lists every problem."""
+    problems: list[str] = []
+    sections: dict[str, Any] = {}
+    for name, table in data.items():
+        if name in _SECTIONS:
+            sections[name] = _section(name, _SECTIONS[name], table, problems)
+        elif name == "probe":
+            if not isinstance(table, list):
+                problems.append("probe: use [[probe]] (an array of tables)")
+                continue
+            probes = []
+            for i, item in enumerate(table):
+                probe = _section("probe", ProbeConfig, item, problems)
+                if not probe.url:
+                    problems.append(f"probe[{i}].url: required")
+                probes.append(probe)
+            sections["probe"] = tuple(probes)
+        elif name == "pricing":
+            if not isinstance(table, dict):
+                problems.append("pricing: expected a table of models")
+                continue
+            sections["pricing"] = {
+                model: _section(f'pricing."{model}"', Price, price, problems)
+                for model, price in table.items()
+            }
+        else:
+            problems.append(_unknown(name, [*_SECTIONS, "probe", "pricing"]))
+    if problems:
+        raise ConfigError(source, problems)
+    return Config(**sections)
+
+
+def load_config(path: str | None = None) -> Config:
+    """Read the TOML file at ``path`` (else ``$RAGMON_CONFIG``, else defaults) and validate it."""
+    path = path or os.environ.get("RAGMON_CONFIG") or None
+    if path is None:
+        return Config()
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(path, [f"cannot read: {exc.strerror or exc}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, [f"invalid TOML: {exc}"]) from None
+    return config_from_mapping(data, path)

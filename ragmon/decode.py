@@ -1,0 +1,280 @@
+"""OTLP trace export bodies (protobuf or JSON) -> ``Span`` values. Pure: no I/O, no clock.
+
+Only what ragmon reads is materialized: each attribute key is tested against an
+``AttributeFilter`` and only wanted values are converted; events are kept by name. A span
+with a malformed trace or span id is rejected and counted (OTLP partial success); a body
+that cannot be parsed at all raises ``DecodeError`` (HTTP 400 / gRPC INVALID_ARGUMENT).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError as _ProtobufDecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from ragmon.errors import RagmonError
+from ragmon.model import AttributeFilter, AttrValue, Span, SpanEvent
+
+__all__ = ["DecodeError", "Decoded", "SpanSelection", "decode_protobuf", "decode_json", "count_spans"]
+
+_STATUS_ERROR = 2
+_SERVICE_NAME = "service.name"
+
+
+class DecodeError(RagmonError):
+    """The body is not a valid OTLP trace export."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanSelection:
+    """What the decoder keeps: span attributes, resource attributes, and events by name."""
+
+    attributes: AttributeFilter = AttributeFilter()
+    resource: AttributeFilter = AttributeFilter()
+    events: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class Decoded:
+    """Spans decoded from one body, and those rejected (with the first reason)."""
+
+    spans: list[Span] = field(default_factory=list)
+    rejected: int = 0
+    reason: str = ""
+
+    def reject(self, reason: str) -> None:
+        """Count one rejected span; keep the first reason for the partial-success message."""
+        self.rejected += 1
+        if not self.reason:
+            self.reason = reason
+
+
+# -- protobuf ---------------------------------------------------------------------------------
+
+
+def _any_value(value: AnyValue) -> AttrValue:
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        return value.double_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "array_value":
+        return tuple(_any_value(v) for v in value.array_value.values)
+    if kind == "bytes_value":
+        return value.bytes_value
+    if kind == "kvlist_value":
+        return json.dumps({kv.key: _jsonable(_any_value(kv.value)) for kv in value.kvlist_value.values})
+    return None
+
+
+def _jsonable(value: AttrValue) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _wanted(attributes: Iterable[KeyValue], wanted: AttributeFilter) -> dict[str, AttrValue]:
+    keys, prefixes = wanted.keys, wanted.prefixes
+    out: dict[str, AttrValue] = {}
+    for kv in attributes:
+        key = kv.key
+        if key in keys or key.startswith(prefixes):
+            out[key] = _any_value(kv.value)
+    return out
+
+
+def _all(attributes: Iterable[KeyValue]) -> dict[str, AttrValue]:
+    return {kv.key: _any_value(kv.value) for kv in attributes}
+
+
+def decode_protobuf(body: bytes, selection: SpanSelection) -> Decoded:
+    """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (_ProtobufDecodeError, ValueError, RuntimeError) as exc:
+        raise DecodeError(f"invalid OTLP protobuf: {exc}") from None
+    return _from_message(request, selection)
+
+
+def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) -> Decoded:
+    result = Decoded()
+    spans = result.spans
+    wanted_events = selection.events
+    for resource_spans in request.resource_spans:
+        resource_attrs = resource_spans.resource.attributes
+        service = ""
+        for kv in resource_attrs:
+            if kv.key == _SERVICE_NAME:
+                service = kv.value.string_value
+                break
+        resource = _wanted(resource_attrs, selection.resource)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                trace_id, span_id = span.trace_id, span.span_id
+                if len(trace_id) != 16 or trace_id == bytes(16):
+                    result.reject("invalid trace_id")
+                    continue
+                if len(span_id) != 8 or span_id == bytes(8):
+                    result.reject("invalid span_id")
+                    continue
+                parent = span.parent_span_id
+                if parent and len(parent) != 8:
+                    result.reject("invalid parent_span_id")
+                    continue
+                events: tuple[SpanEvent, ...] = ()
+                if wanted_events and span.events:
+                    events = tuple(
+                        SpanEvent(e.name, e.time_unix_nano, _all(e.attributes))
+                        for e in span.events
+                        if e.name in wanted_events
+                    )
+                spans.append(
+                    Span(
+                        trace_id=trace_id,
+                        span_id=span_id,
+                        parent_span_id=parent,
+                        name=span.name,
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        flags=span.flags,
+                        error=span.status.code == _STATUS_ERROR,
+                        service=service,
+                        attributes=_wanted(span.attributes, selection.attributes),
+                        events=events,
+                        resource=resource,
+                    )
+                )
+    return result
+
+
+def count_spans(body: bytes) -> int | None:
+    """Number of spans in a protobuf body, or ``None`` if it does not parse (for reject counters)."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (_ProtobufDecodeError, ValueError, RuntimeError):
+        return None
+    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+# -- JSON (OTLP/JSON: hex ids, lowerCamelCase keys, int64 as strings or numbers) ----------------
+
+
+def _json_any(value: Any) -> AttrValue:
+    if not isinstance(value, Mapping):
+        return None
+    if "stringValue" in value:
+        return str(value["stringValue"])
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "arrayValue" in value:
+        return tuple(_json_any(v) for v in (value["arrayValue"] or {}).get("values", ()))
+    if "bytesValue" in value:
+        return base64.b64decode(value["bytesValue"])
+    if "kvlistValue" in value:
+        pairs = (value["kvlistValue"] or {}).get("values", ())
+        return json.dumps({kv.get("key", ""): _jsonable(_json_any(kv.get("value"))) for kv in pairs})
+    return None
+
+
+def _json_attrs(attributes: Any, wanted: AttributeFilter | None) -> dict[str, AttrValue]:
+    out: dict[str, AttrValue] = {}
+    for kv in attributes or ():
+        key = kv.get("key", "")
+        if wanted is None or wanted.wants(key):
+            out[key] = _json_any(kv.get("value"))
+    return out
+
+
+def _json_id(value: Any, size: int) -> bytes | None:
+    if not value:
+        return b""
+    try:
+        raw = bytes.fromhex(value)
+    except (TypeError, ValueError):
+        try:  # some producers send base64 (protobuf's canonical JSON for bytes)
+            raw = base64.b64decode(value, validate=True)
+        except (TypeError, ValueError, binascii.Error):
+            return None
+    return raw if len(raw) == size else None
+
+
+def decode_json(body: bytes, selection: SpanSelection) -> Decoded:
+    """Decode an OTLP/JSON ``ExportTraceServiceRequest``; ``DecodeError`` if it is not one."""
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(f"invalid JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise DecodeError("invalid OTLP/JSON: expected an object with resourceSpans")
+    try:
+        return _from_json(request, selection)
+    except (AttributeError, TypeError, ValueError, binascii.Error) as exc:
+        raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
+
+
+def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
+    result = Decoded()
+    for resource_spans in request.get("resourceSpans") or ():
+        resource_attrs = (resource_spans.get("resource") or {}).get("attributes")
+        everything = _json_attrs(resource_attrs, None)
+        service = everything.get(_SERVICE_NAME)
+        resource = {k: v for k, v in everything.items() if selection.resource.wants(k)}
+        for scope_spans in resource_spans.get("scopeSpans") or ():
+            for span in scope_spans.get("spans") or ():
+                trace_id = _json_id(span.get("traceId"), 16)
+                span_id = _json_id(span.get("spanId"), 8)
+                parent = _json_id(span.get("parentSpanId"), 8)
+                if not trace_id or trace_id == bytes(16):
+                    result.reject("invalid trace_id")
+                    continue
+                if not span_id or span_id == bytes(8):
+                    result.reject("invalid span_id")
+                    continue
+                if parent is None:
+                    result.reject("invalid parent_span_id")
+                    continue
+                try:
+                    events = tuple(
+                        SpanEvent(e.get("name", ""), int(e.get("timeUnixNano") or 0), _json_attrs(e.get("attributes"), None))
+                        for e in span.get("events") or ()
+                        if e.get("name") in selection.events
+                    )
+                    status = span.get("status") or {}
+                    result.spans.append(
+                        Span(
+                            trace_id=trace_id,
+                            span_id=span_id,
+                            parent_span_id=parent,
+                            name=str(span.get("name", "")),
+                            start_ns=int(span.get("startTimeUnixNano") or 0),
+                            end_ns=int(span.get("endTimeUnixNano") or 0),
+                            flags=int(span.get("flags") or 0),
+                            error=status.get("code") in (_STATUS_ERROR, "STATUS_CODE_ERROR"),
+                            service=service if isinstance(service, str) else "",
+                            attributes=_json_attrs(span.get("attributes"), selection.attributes),
+                            events=events,
+                            resource=resource,
+                        )
+                    )
+                except (AttributeError, TypeError, ValueError, binascii.Error):
+                    result.reject("malformed span")
+    return result

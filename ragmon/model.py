@@ -1,0 +1,169 @@
+"""The values that flow between ragmon's stages: spans in, traces assembled.
+
+Frozen, slotted and small: the decoder keeps only the attributes the conventions read
+(``AttributeFilter``), so a span costs what ragmon needs of it, not what the app sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "AttrValue",
+    "Attributes",
+    "AttributeFilter",
+    "SpanEvent",
+    "Span",
+    "Trace",
+    "Stage",
+    "RetrievedDocument",
+    "LlmCall",
+    "Evaluation",
+    "RagRecord",
+    "SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE",
+    "SPAN_FLAGS_CONTEXT_IS_REMOTE",
+]
+
+AttrValue: TypeAlias = "str | bool | int | float | bytes | tuple[AttrValue, ...] | None"
+Attributes: TypeAlias = Mapping[str, AttrValue]
+
+SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE = 0x100
+"""OTLP span flags bit: whether the parent is remote is known (bit 0x200 is meaningful)."""
+SPAN_FLAGS_CONTEXT_IS_REMOTE = 0x200
+"""OTLP span flags bit: the parent span lives in another process."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeFilter:
+    """Which attribute keys to keep: exact ``keys`` and any key starting with one of ``prefixes``."""
+
+    keys: frozenset[str] = frozenset()
+    prefixes: tuple[str, ...] = ()
+
+    def wants(self, key: str) -> bool:
+        """True when ``key`` is kept."""
+        return key in self.keys or key.startswith(self.prefixes)
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    """A span event the conventions read (e.g. ``gen_ai.evaluation.result``)."""
+
+    name: str
+    time_ns: int
+    attributes: Attributes
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One span, reduced to what ragmon reads.
+
+    Ids are raw bytes (16 for a trace, 8 for a span); ``parent_span_id`` is ``b""`` for a root.
+    ``flags`` are OTLP span flags (bits 0x100/0x200 tell whether the parent is remote).
+    ``service`` is the resource's ``service.name``; ``resource`` keeps the wanted resource
+    attributes (e.g. the variant attribute).
+    """
+
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes
+    name: str
+    start_ns: int
+    end_ns: int
+    flags: int = 0
+    error: bool = False
+    service: str = ""
+    attributes: Attributes = field(default_factory=dict)
+    events: tuple[SpanEvent, ...] = ()
+    resource: Attributes = field(default_factory=dict)
+
+    @property
+    def has_remote_parent(self) -> bool:
+        """True when the parent is known to live in another process (flags 0x100 and 0x200)."""
+        both = SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE | SPAN_FLAGS_CONTEXT_IS_REMOTE
+        return bool(self.parent_span_id) and (self.flags & both) == both
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """The spans of one trace, as assembled; ``root`` is the local root span, if one arrived."""
+
+    trace_id: bytes
+    spans: tuple[Span, ...]
+    root: Span | None
+
+
+Stage: TypeAlias = Literal["retrieval", "rerank", "generation", "embedding"]
+"""Pipeline stages with their own latency (``total`` is the whole trace)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedDocument:
+    """One ranked document: the id used for scoring (see ``[scoring] document_id``), its
+    retriever score and content when the span carried them."""
+
+    id: str
+    score: float | None = None
+    content: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LlmCall:
+    """One model call with its tokens; ``purpose`` says what it was for (a call under a
+    RERANKER span is reranking cost, not the answer). ``cost_usd`` is set only when the span
+    carried a cost attribute."""
+
+    model: str
+    provider: str | None
+    input_tokens: int
+    output_tokens: int
+    purpose: Literal["generation", "rerank", "embedding", "other"] = "generation"
+    cost_usd: float | None = None
+    cached_input_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """A ``gen_ai.evaluation.result`` event found in the trace (source ``app``)."""
+
+    name: str
+    score: float | None
+    label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RagRecord:
+    """One finished request, as the conventions read it from its trace.
+
+    ``retrieved`` is the ranking of the outermost retriever span with documents; ``reranked``
+    the reranker's output when there was one. ``relevance`` (id -> grade) comes from
+    ``ragmon.relevant_document_ids`` / ``ragmon.relevance`` when the app attached them.
+    ``stage_seconds`` sums the outermost spans of each stage. ``content_recorded`` is False
+    when the instrumentation recorded no message content (then only latency, tokens and
+    cost can be measured).
+    """
+
+    trace_id: bytes
+    service: str
+    variant: str
+    start_ns: int
+    end_ns: int
+    error: bool = False
+    query: str | None = None
+    retrieved: tuple[RetrievedDocument, ...] = ()
+    reranked: tuple[RetrievedDocument, ...] | None = None
+    answer: str | None = None
+    relevance: Mapping[str, int] | None = None
+    reference_answer: str | None = None
+    llm_calls: tuple[LlmCall, ...] = ()
+    stage_seconds: Mapping[Stage, float] = field(default_factory=dict)
+    evaluations: tuple[Evaluation, ...] = ()
+    has_retrieval: bool = False
+    content_recorded: bool = True
+
+    @property
+    def duration_seconds(self) -> float:
+        """Wall time of the local root span."""
+        return max(0, self.end_ns - self.start_ns) / 1e9

@@ -1,0 +1,169 @@
+"""Configuration loading and ``ragmon check-config``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_helpers import ragmon
+
+from ragmon.config import (
+    Config,
+    ConfigError,
+    Price,
+    config_from_mapping,
+    load_config,
+    parse_duration,
+    parse_listen,
+)
+
+FULL = """
+[receiver]
+http = "127.0.0.1:4318"
+grpc = ""
+token = "s3cret"
+max_body_bytes = 1048576
+
+[metrics]
+listen = "0.0.0.0:0"
+token = ""
+
+[traces]
+grace = "2s"
+max_wait = "60s"
+max_pending = 500
+
+[scoring]
+k = [1, 5]
+windows = ["5m", "1h"]
+document_id = ["metadata.doc_id", "document.id"]
+variant_attribute = "app.variant"
+golden = "golden.jsonl"
+
+[judge]
+base_url = "http://127.0.0.1:8000/v1"
+model = "gpt-4o-mini"
+sample_rate = 0.25
+max_per_minute = 60
+max_usd_per_hour = 1.0
+concurrency = 4
+timeout = "30s"
+
+[[probe]]
+name = "ask-api"
+url = "http://127.0.0.1:8080/ask"
+headers = { Authorization = "Bearer x" }
+body = { question = "{query}" }
+interval = "60s"
+
+[feedback]
+retention = "1h"
+max_traces = 1000
+
+[pricing."my-model"]
+input = 0.15
+output = 0.60
+"""
+
+
+def test_defaults_match_the_spec() -> None:
+    config = Config()
+    assert config.receiver.http == "127.0.0.1:4318" and config.receiver.grpc == "127.0.0.1:4317"
+    assert config.metrics.listen == "0.0.0.0:9464"
+    assert config.scoring.k == (1, 3, 5, 10) and config.scoring.windows == ("5m", "1h")
+    assert config.traces.grace == "2s" and config.traces.max_wait == "60s"
+    assert config.traces.max_pending == 50_000 and config.receiver.max_body_bytes == 16_777_216
+
+
+def test_full_file_loads(tmp_path: Path) -> None:
+    path = tmp_path / "ragmon.toml"
+    path.write_text(FULL)
+    config = load_config(str(path))
+    assert config.receiver.grpc == "" and config.receiver.token == "s3cret"
+    assert config.scoring.k == (1, 5) and config.scoring.document_id == ("metadata.doc_id", "document.id")
+    assert config.judge.sample_rate == 0.25
+    assert config.probe[0].headers == {"Authorization": "Bearer x"}
+    assert config.pricing == {"my-model": Price(0.15, 0.60)}
+
+
+def test_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[traces]\ngrace = '5s'\n")
+    monkeypatch.setenv("RAGMON_CONFIG", str(path))
+    assert load_config().traces.grace == "5s"
+    monkeypatch.delenv("RAGMON_CONFIG")
+    assert load_config() == Config()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"tracs": {}}, "tracs: unknown key (did you mean 'traces'?)"),
+        ({"scoring": {"windos": ["5m"]}}, "scoring.windos: unknown key (did you mean 'windows'?)"),
+        ({"scoring": {"k": [0]}}, "scoring.k: must list cut-offs >= 1"),
+        ({"scoring": {"k": ["5"]}}, "scoring.k: expected a list of int"),
+        ({"scoring": {"windows": ["5 minutes"]}}, "scoring.windows: expected a duration"),
+        ({"traces": {"grace": "0s"}}, "traces.grace: must be longer than 0"),
+        ({"traces": {"max_pending": 0}}, "traces.max_pending: must be at least 1"),
+        ({"traces": {"max_pending": True}}, "traces.max_pending: expected int"),
+        ({"receiver": {"http": "localhost"}}, 'receiver.http: expected "host:port"'),
+        ({"receiver": {"max_body_bytes": 1.5}}, "receiver.max_body_bytes: expected int"),
+        ({"judge": {"sample_rate": 2}}, "judge.sample_rate: must be between 0 and 1"),
+        ({"judge": {"max_usd_per_hour": -1}}, "judge.max_usd_per_hour: must be >= 0"),
+        ({"probe": {"url": "x"}}, "probe: use [[probe]]"),
+        ({"probe": [{"name": "p"}]}, "probe[0].url: required"),
+        ({"probe": [{"url": "http://x", "headers": {"a": 1}}]}, "probe.headers: expected a table of strings"),
+        ({"pricing": {"m": {"input": -1}}}, 'pricing."m".input: must be >= 0'),
+        ({"pricing": {"m": {"inpt": 1}}}, "pricing.\"m\".inpt: unknown key (did you mean 'input'?)"),
+        ({"metrics": "x"}, "metrics: expected a table"),
+    ],
+)
+def test_each_problem_names_its_key(data: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping(data)
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping({"tracs": {}, "judge": {"sample_rate": 2, "modle": "x"}})
+    assert len(info.value.problems) == 3
+
+
+def test_durations_and_listen_addresses() -> None:
+    assert parse_duration("500ms") == 0.5 and parse_duration("5m") == 300 and parse_duration("1h") == 3600
+    assert parse_listen("") is None
+    assert parse_listen("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_listen("[::1]:4318") == ("::1", 4318)
+    assert parse_listen(":9464") == ("0.0.0.0", 9464)
+    with pytest.raises(ValueError):
+        parse_listen("127.0.0.1:99999")
+
+
+def test_check_config_ok(tmp_path: Path) -> None:
+    path = tmp_path / "ragmon.toml"
+    path.write_text(FULL)
+    result = ragmon("check-config", path)
+    assert result.returncode == 0 and result.stdout.strip() == f"{path}: ok"
+
+
+def test_check_config_prints_each_problem_and_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[tracs]\n[scoring]\nk = [0]\n")
+    result = ragmon("check-config", path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        f"{path}: tracs: unknown key (did you mean 'traces'?)",
+        f"{path}: scoring.k: must list cut-offs >= 1",
+    ]
+
+
+@pytest.mark.parametrize("content", [None, "[receiver\n"])
+def test_check_config_unreadable_or_invalid_toml(tmp_path: Path, content: str | None) -> None:
+    path = tmp_path / "c.toml"
+    if content is not None:
+        path.write_text(content)
+    result = ragmon("check-config", path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and str(path) in result.stderr

@@ -1,0 +1,114 @@
+"""``ragmon.decode``: OTLP protobuf and JSON bodies made by the real OpenTelemetry SDK."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opentelemetry import trace as otel_trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
+from otel_helpers import record_spans, to_otlp_json, to_protobuf
+
+from ragmon.decode import DecodeError, SpanSelection, count_spans, decode_json, decode_protobuf
+from ragmon.model import AttributeFilter
+
+SELECTION = SpanSelection(
+    attributes=AttributeFilter(frozenset({"openinference.span.kind"}), ("retrieval.documents.", "ragmon.")),
+    resource=AttributeFilter(frozenset({"ragmon.variant"})),
+    events=frozenset({"gen_ai.evaluation.result"}),
+)
+REMOTE_TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C
+REMOTE_SPAN_ID = 0xB7AD6B7169203331
+
+
+def _rag_trace(tracer: otel_trace.Tracer) -> None:
+    parent = SpanContext(REMOTE_TRACE_ID, REMOTE_SPAN_ID, is_remote=True, trace_flags=TraceFlags(1))
+    ctx = otel_trace.set_span_in_context(NonRecordingSpan(parent))
+    with tracer.start_as_current_span("ask", context=ctx) as root:
+        root.set_attribute("openinference.span.kind", "CHAIN")
+        root.set_attribute("http.route", "/ask")  # not wanted: must not be decoded
+        with tracer.start_as_current_span("retrieve") as span:
+            span.set_attribute("openinference.span.kind", "RETRIEVER")
+            span.set_attribute("retrieval.documents.0.document.id", "d1")
+            span.set_attribute("retrieval.documents.0.document.score", 0.9)
+            span.set_attribute("ragmon.relevant_document_ids", ["d1", "d7"])
+            span.add_event("gen_ai.evaluation.result", {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": 0.5})
+            span.add_event("other.event", {"x": 1})
+            span.set_status(Status(StatusCode.ERROR, "boom"))
+
+
+@pytest.fixture(scope="module")
+def spans():  # type: ignore[no-untyped-def]
+    return record_spans(_rag_trace, service="rag-api", **{"ragmon.variant": "B", "host.name": "h"})
+
+
+@pytest.mark.parametrize("encoding", ["protobuf", "json"])
+def test_decodes_what_ragmon_reads_and_nothing_else(spans, encoding: str) -> None:  # type: ignore[no-untyped-def]
+    decoded = decode_protobuf(to_protobuf(spans), SELECTION) if encoding == "protobuf" else decode_json(to_otlp_json(spans), SELECTION)
+    assert decoded.rejected == 0
+    by_name = {s.name: s for s in decoded.spans}
+    root, retrieve = by_name["ask"], by_name["retrieve"]
+    assert root.trace_id == REMOTE_TRACE_ID.to_bytes(16, "big")
+    assert root.parent_span_id == REMOTE_SPAN_ID.to_bytes(8, "big")
+    assert root.flags & 0x300 == 0x300 and root.has_remote_parent
+    assert retrieve.parent_span_id == root.span_id and not retrieve.has_remote_parent
+    assert root.attributes == {"openinference.span.kind": "CHAIN"}
+    assert retrieve.attributes == {
+        "openinference.span.kind": "RETRIEVER",
+        "retrieval.documents.0.document.id": "d1",
+        "retrieval.documents.0.document.score": 0.9,
+        "ragmon.relevant_document_ids": ("d1", "d7"),
+    }
+    assert retrieve.error and not root.error
+    assert [e.name for e in retrieve.events] == ["gen_ai.evaluation.result"]
+    assert retrieve.events[0].attributes == {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": 0.5}
+    assert root.service == "rag-api" and root.resource == {"ragmon.variant": "B"}
+    original = {s.name: s for s in spans}
+    assert root.start_ns == original["ask"].start_time and root.end_ns == original["ask"].end_time
+
+
+def test_bad_ids_are_rejected_per_span_and_the_rest_kept(spans) -> None:  # type: ignore[no-untyped-def]
+    request = ExportTraceServiceRequest.FromString(to_protobuf(spans))
+    bad = request.resource_spans[0].scope_spans[0].spans[0]
+    bad.trace_id = b"\x01\x02"
+    decoded = decode_protobuf(request.SerializeToString(), SELECTION)
+    assert decoded.rejected == 1 and decoded.reason == "invalid trace_id"
+    assert len(decoded.spans) == len(spans) - 1
+    assert count_spans(request.SerializeToString()) == len(spans)
+
+
+@pytest.mark.parametrize("body", [b"\xff\xff\xff", b"\x0a\x05abc"])
+def test_undecodable_protobuf_raises(body: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_protobuf(body, SELECTION)
+    assert count_spans(body) is None
+
+
+@pytest.mark.parametrize("body", [b"{", b"[1]", b'{"resourceSpans": 3}'])
+def test_undecodable_json_raises(body: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_json(body, SELECTION)
+
+
+def test_empty_bodies_decode_to_nothing() -> None:
+    assert decode_protobuf(b"", SELECTION).spans == []
+    assert decode_json(b"{}", SELECTION).spans == []
+
+
+def test_json_ids_in_base64_are_accepted(spans) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(to_otlp_json(spans))
+    span = data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    import base64
+
+    span["traceId"] = base64.b64encode(bytes.fromhex(span["traceId"])).decode()
+    decoded = decode_json(json.dumps(data).encode(), SELECTION)
+    assert decoded.rejected == 0 and len(decoded.spans) == len(spans)
+
+
+def test_malformed_json_span_is_rejected_alone(spans) -> None:  # type: ignore[no-untyped-def]
+    data = json.loads(to_otlp_json(spans))
+    data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = "soon"
+    decoded = decode_json(json.dumps(data).encode(), SELECTION)
+    assert decoded.rejected == 1 and decoded.reason == "malformed span"
+    assert len(decoded.spans) == len(spans) - 1
