@@ -1,0 +1,1 @@
+"""OTLP receivers: bytes in, ``Span`` batches handed to a ``SpanSink``."""

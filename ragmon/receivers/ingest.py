@@ -1,0 +1,31 @@
+"""What the OTLP receivers share: the sink they hand spans to, and their counters."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ragmon.model import Span
+
+__all__ = ["SpanSink", "IngestStats"]
+
+
+class SpanSink(Protocol):
+    """Where receivers put decoded spans. ``offer`` never blocks: it returns False when the
+    pipeline is full, and the receiver answers 503/UNAVAILABLE so the exporter retries."""
+
+    def offer(self, spans: Sequence[Span]) -> bool: ...
+
+
+@dataclass(slots=True)
+class IngestStats:
+    """Receiver counters, read by the exporter (``ragmon_spans_received_total`` and friends).
+
+    Keys are ``protocol`` for received spans, ``(protocol, reason)`` for rejections.
+    """
+
+    spans_received: Counter[str] = field(default_factory=Counter)
+    spans_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
+    requests_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)

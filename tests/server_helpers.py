@@ -1,0 +1,57 @@
+"""Running ragmon's asyncio servers in a background thread for synchronous tests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running in a daemon thread; ``run`` executes a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[T], timeout: float = 30) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        return future.result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
+@contextmanager
+def loop_thread() -> Iterator[LoopThread]:
+    thread = LoopThread()
+    try:
+        yield thread
+    finally:
+        thread.close()
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """POST and return (status, headers, body), also for error statuses."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def call_soon(thread: LoopThread, fn: Callable[[], Any]) -> Any:
+    async def wrapper() -> Any:
+        return fn()
+
+    return thread.run(wrapper())
