@@ -22,7 +22,7 @@ from server_helpers import LoopThread, post
 from ragmon.decode import SpanSelection
 from ragmon.model import AttributeFilter, Span
 from ragmon.receivers import otlp_http
-from ragmon.receivers.ingest import IngestStats
+from ragmon.receivers.ingest import IngestStats, ReceiverSettings
 
 SELECTION = SpanSelection(attributes=AttributeFilter(frozenset({"openinference.span.kind"})))
 PB = {"Content-Type": "application/x-protobuf"}
@@ -63,7 +63,7 @@ SPANS = record_spans(_build)
 
 def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
-    settings = otlp_http.HttpReceiverSettings(SELECTION, max_body, token)
+    settings = ReceiverSettings(SELECTION, max_body, token)
     runner, port = loop.run(otlp_http.start("127.0.0.1", 0, settings, sink, stats))
     try:
         yield Receiver(f"http://127.0.0.1:{port}/v1/traces", sink, stats)

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ragmon.decode import SpanSelection
 from ragmon.model import Span
 
-__all__ = ["SpanSink", "IngestStats"]
+__all__ = ["SpanSink", "IngestStats", "ReceiverSettings"]
 
 
 class SpanSink(Protocol):
@@ -17,6 +18,15 @@ class SpanSink(Protocol):
     pipeline is full, and the receiver answers 503/UNAVAILABLE so the exporter retries."""
 
     def offer(self, spans: Sequence[Span]) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverSettings:
+    """What both OTLP receivers need: what to decode, the size limit, the bearer token."""
+
+    selection: SpanSelection
+    max_body_bytes: int
+    token: str = ""
 
 
 @dataclass(slots=True)

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import hmac
 import zlib
-from dataclasses import dataclass
 
 from aiohttp import web
 from google.protobuf import json_format
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from ragmon.decode import DecodeError, Decoded, SpanSelection, decode_json, decode_protobuf
-from ragmon.receivers.ingest import IngestStats, SpanSink
+from ragmon.decode import DecodeError, Decoded, decode_json, decode_protobuf
+from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink
 
-__all__ = ["HttpReceiverSettings", "PROTOCOL", "RETRY_AFTER_SECONDS", "add_routes", "start"]
+__all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "add_routes", "start"]
 
 PROTOCOL = "http"
 PROTOBUF = "application/x-protobuf"
@@ -29,15 +28,6 @@ JSON = "application/json"
 RETRY_AFTER_SECONDS = 1
 _GRPC_INVALID_ARGUMENT, _GRPC_UNAUTHENTICATED, _GRPC_UNAVAILABLE = 3, 16, 14
 _GRPC_RESOURCE_EXHAUSTED, _GRPC_UNIMPLEMENTED = 8, 12
-
-
-@dataclass(frozen=True, slots=True)
-class HttpReceiverSettings:
-    """What the HTTP receiver needs to know."""
-
-    selection: SpanSelection
-    max_body_bytes: int
-    token: str = ""
 
 
 class _TooLarge(Exception):
@@ -67,7 +57,7 @@ def _error(content_type: str, status: int, code: int, message: str, headers: dic
     return _reply(content_type, status, Status(code=code, message=message), headers)
 
 
-def add_routes(app: web.Application, settings: HttpReceiverSettings, sink: SpanSink, stats: IngestStats) -> None:
+def add_routes(app: web.Application, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats) -> None:
     """Add ``POST /v1/traces`` to ``app``, handing decoded spans to ``sink``."""
     expected_auth = f"Bearer {settings.token}".encode() if settings.token else None
 
@@ -128,7 +118,7 @@ def add_routes(app: web.Application, settings: HttpReceiverSettings, sink: SpanS
 
 
 async def start(
-    host: str, port: int, settings: HttpReceiverSettings, sink: SpanSink, stats: IngestStats,
+    host: str, port: int, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
     app: web.Application | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Serve the receiver on ``host:port`` (0: a free port); returns the runner and bound port.

@@ -1,0 +1,111 @@
+"""The OTLP/gRPC receiver on 127.0.0.1, fed by the real OpenTelemetry SDK gRPC exporter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.rpc.error_details_pb2 import RetryInfo
+from google.rpc.status_pb2 import Status
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.trace.export import SpanExportResult
+from otel_helpers import to_protobuf
+from server_helpers import LoopThread
+from test_receiver_http import SELECTION, SPANS, Receiver, Sink
+
+from ragmon.receivers import otlp_grpc
+from ragmon.receivers.ingest import IngestStats
+from ragmon.receivers.ingest import ReceiverSettings
+
+METHOD = f"/{otlp_grpc.SERVICE}/Export"
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[LoopThread]:
+    thread = LoopThread()
+    yield thread
+    thread.close()
+
+
+def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20) -> Iterator[Receiver]:
+    sink, stats = Sink(), IngestStats()
+    settings = ReceiverSettings(SELECTION, max_body, token)
+    server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats))
+    try:
+        yield Receiver(f"127.0.0.1:{port}", sink, stats)
+    finally:
+        loop.run(server.stop(None))
+
+
+@pytest.fixture
+def receiver(loop: LoopThread) -> Iterator[Receiver]:
+    yield from _start(loop)
+
+
+def _call(address: str, body: bytes, metadata: tuple[tuple[str, str], ...] = ()) -> bytes:
+    with grpc.insecure_channel(address) as channel:
+        export = channel.unary_unary(METHOD)
+        return export(body, metadata=metadata, timeout=10)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip])
+def test_real_sdk_exporter_delivers_spans(receiver: Receiver, compression: grpc.Compression) -> None:
+    exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, compression=compression, timeout=10)
+    assert exporter.export(SPANS) == SpanExportResult.SUCCESS
+    exporter.shutdown()
+    assert sorted(s.name for s in receiver.sink.spans) == ["ask", "retrieve"]
+    assert receiver.stats.spans_received["grpc"] == 2
+
+
+def test_partial_success(receiver: Receiver) -> None:
+    request = ExportTraceServiceRequest.FromString(to_protobuf(SPANS))
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\x01"
+    response = ExportTraceServiceResponse.FromString(_call(receiver.url, request.SerializeToString()))
+    assert response.partial_success.rejected_spans == 1
+    assert "invalid trace_id" in response.partial_success.error_message
+    assert len(receiver.sink.spans) == 1
+
+
+def test_undecodable_is_invalid_argument(receiver: Receiver) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        _call(receiver.url, b"\xff\xff\xff")
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert receiver.stats.requests_rejected[("grpc", "decode")] == 1
+
+
+def test_too_large_is_resource_exhausted(loop: LoopThread) -> None:
+    for receiver in _start(loop, max_body=1024):
+        with pytest.raises(grpc.RpcError) as info:
+            _call(receiver.url, b"\x00" * 4096)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_bearer_token(loop: LoopThread) -> None:
+    for receiver in _start(loop, token="s3cret"):
+        with pytest.raises(grpc.RpcError) as info:
+            _call(receiver.url, to_protobuf(SPANS))
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, headers={"authorization": "Bearer s3cret"}, timeout=10)
+        assert exporter.export(SPANS) == SpanExportResult.SUCCESS
+        assert receiver.stats.requests_rejected[("grpc", "unauthorized")] == 1
+
+
+def test_overload_is_unavailable_with_retry_info_and_the_exporter_retries(receiver: Receiver) -> None:
+    receiver.sink.refuse = 1
+    with pytest.raises(grpc.RpcError) as info:
+        _call(receiver.url, to_protobuf(SPANS))
+    error = info.value
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    trailing = dict(error.trailing_metadata())  # type: ignore[attr-defined]
+    assert RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"]).retry_delay.seconds == 1
+    status = Status.FromString(trailing["grpc-status-details-bin"])
+    assert status.details[0].Is(RetryInfo.DESCRIPTOR)
+    receiver.sink.refuse = 1
+    exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, timeout=30)
+    assert exporter.export(SPANS) == SpanExportResult.SUCCESS
+    assert receiver.sink.offers == 3 and len(receiver.sink.spans) == 2
