@@ -1,4 +1,4 @@
-"""The ``ragmon`` command line: ``eval`` and ``compare`` (offline scoring), ``check-config``."""
+"""The ``ragmon`` command line: ``run`` (the sidecar), ``eval`` and ``compare`` (offline), ``check-config``."""
 
 from __future__ import annotations
 
@@ -48,9 +48,31 @@ def _build_parser() -> _Parser:
     common(cmp)
     cmp.add_argument("--seed", type=int, default=0, help="random seed of the tests (default 0)")
     cmp.add_argument("--resamples", type=int, default=10_000, help="resamples of each test (default 10000)")
+    run = commands.add_parser("run", help="run the sidecar: OTLP receivers, scoring, /metrics", description="Run the sidecar: OTLP/HTTP and OTLP/gRPC receivers, trace assembly, scoring and the Prometheus endpoint. Runs with no configuration file; stops cleanly on SIGTERM.")
+    run.add_argument("--config", metavar="FILE", help="TOML configuration (default: $RAGMON_CONFIG, else built-in defaults)")
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)")
     chk = commands.add_parser("check-config", help="validate a configuration file", description="Validate a TOML configuration: print each problem with its key; exit 2 on error.")
     chk.add_argument("file", metavar="FILE")
     return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    import logging
+
+    from ragmon.app import run
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"ragmon run: error: {exc.source}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return run(config)
+    except OSError as exc:
+        print(f"ragmon run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -106,11 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.error("choose a command: eval, compare, check-config")
+        parser.error("choose a command: run, eval, compare, check-config")
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="backslashreplace")
     progress = sys.stderr.isatty()
     try:
+        if args.command == "run":
+            return _run(args)
         if args.command == "check-config":
             return _check_config(args)
         if args.command == "eval":

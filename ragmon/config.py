@@ -30,6 +30,7 @@ __all__ = [
     "ProbeConfig",
     "FeedbackConfig",
     "Price",
+    "check_document_id_place",
     "parse_duration",
     "parse_listen",
     "load_config",
@@ -58,6 +59,13 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+def check_document_id_place(place: str) -> None:
+    """A ``[scoring] document_id`` place is ``document.<field>`` or ``metadata.<key>``."""
+    head, dot, rest = place.partition(".") if isinstance(place, str) else ("", "", "")
+    if head not in ("document", "metadata") or not dot or not rest:
+        raise ValueError(f'{place!r} is not a place; use "document.<field>" or "metadata.<key>"')
+
+
 def parse_listen(text: str) -> tuple[str, int] | None:
     """``"127.0.0.1:4318"`` -> ``("127.0.0.1", 4318)``; ``""`` -> ``None`` (turned off).
 
@@ -80,6 +88,8 @@ class ReceiverConfig:
     grpc: str = "127.0.0.1:4317"
     token: str = ""
     max_body_bytes: int = 16 * 1024 * 1024
+    max_queued_spans: int = 200_000
+    """Spans waiting for assembly; past it receivers answer 503/UNAVAILABLE (exporters retry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +200,7 @@ _DURATIONS = {
 }
 _LISTENS = {"receiver.http", "receiver.grpc", "metrics.listen"}
 _POSITIVE_INTS = {
-    "receiver.max_body_bytes", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
+    "receiver.max_body_bytes", "receiver.max_queued_spans", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
     "judge.concurrency", "probe.concurrency", "feedback.max_traces",
 }
 
@@ -253,8 +263,13 @@ def _check_value(key: str, value: Any, default: Any, problems: list[str]) -> Any
                 raise ValueError("must list at least one window")
             for w in value:
                 parse_duration(w)
-        elif key == "scoring.document_id" and not value:
-            raise ValueError("must list at least one place")
+        elif key == "scoring.document_id":
+            if not value:
+                raise ValueError("must list at least one place")
+            for place in value:
+                check_document_id_place(place)
+        elif key == "scoring.variant_attribute" and not value:
+            raise ValueError("must name an attribute")
         elif key == "judge.sample_rate" and not 0.0 <= value <= 1.0:
             raise ValueError(f"must be between 0 and 1, got {value}")
         elif (key in ("judge.max_per_minute", "judge.max_usd_per_hour") or key.startswith("pricing.")) and value < 0:

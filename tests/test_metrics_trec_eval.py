@@ -246,3 +246,28 @@ def test_hypothesis_agreement_with_trec_eval(labelled, unlabelled):
     for key, values in result.values.items():
         expected = [reference[str(i)][trec_key(key)] for i in range(len(labelled))]
         np.testing.assert_allclose(values, expected, rtol=0, atol=TOL, err_msg=key)
+
+
+def test_score_all_equals_the_single_metric_functions() -> None:
+    from ragmon.metrics.retrieval import score_all
+
+    rng = random.Random(7)
+    ks = (1, 2, 3, 5, 10, 20)
+    for _ in range(2000):
+        pool = [f"d{i}" for i in range(rng.randint(1, 30))]
+        ranking = [rng.choice(pool) for _ in range(rng.randint(0, 25))]
+        grades = {rng.choice(pool): rng.randint(0, 3) for _ in range(rng.randint(0, 8))}
+        result = score_all(ranking, grades, ks)
+        if reciprocal_rank(ranking, grades) is None:
+            assert result is None
+            continue
+        assert result is not None
+        rr, per_k = result
+        assert rr == reciprocal_rank(ranking, grades)
+        for k in ks:
+            assert per_k[k] == (
+                hit_at_k(ranking, grades, k),
+                recall_at_k(ranking, grades, k),
+                precision_at_k(ranking, grades, k),
+                ndcg_at_k(ranking, grades, k),
+            )

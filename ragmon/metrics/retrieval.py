@@ -27,6 +27,7 @@ __all__ = [
     "recall_at_k",
     "precision_at_k",
     "ndcg_at_k",
+    "score_all",
 ]
 
 
@@ -140,3 +141,29 @@ def ndcg_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float |
     ideal = sorted((g for g in grades.values() if g > 0), reverse=True)[:k]
     idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, start=1))
     return dcg / idcg
+
+
+def score_all(
+    ranking: Sequence[DocId], relevance: Relevance, ks: Sequence[int]
+) -> tuple[float, dict[int, tuple[float, float, float, float]]] | None:
+    """Every metric of one query in one pass: ``(rr, {k: (hit, recall, precision, ndcg)})``.
+
+    The same values as the single-metric functions (the tests hold them equal); ``None`` when
+    nothing is relevant. For the sidecar, which scores each finished request at every k.
+    """
+    for k in ks:
+        _check_k(k)
+    prepared = _prepare(ranking, relevance)
+    if prepared is None:
+        return None
+    gains, grades, num_rel = prepared
+    ideal = sorted((g for g in grades.values() if g > 0), reverse=True)
+    rr = next((1.0 / rank for rank, g in enumerate(gains, start=1) if g > 0), 0.0)
+    out: dict[int, tuple[float, float, float, float]] = {}
+    for k in ks:
+        top = gains[:k]
+        hits = sum(1 for g in top if g > 0)
+        dcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(top, start=1) if g > 0)
+        idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal[:k], start=1))
+        out[k] = (1.0 if hits else 0.0, hits / num_rel, hits / k, dcg / idcg)
+    return rr, out

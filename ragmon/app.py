@@ -1,0 +1,260 @@
+"""Wiring only: configuration -> receivers, pipeline, metrics server; start, run, stop.
+
+``Sidecar`` is the in-process form (tests and embedding use it); ``run`` is ``ragmon run``:
+it serves until SIGTERM/SIGINT, then stops accepting, finishes the traces it holds, and
+returns 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import html
+import logging
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import grpc
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ragmon import __version__
+from ragmon.assembly import TraceAssembler
+from ragmon.config import Config, parse_duration, parse_listen
+from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
+from ragmon.exporter import RagMetrics, StatsCollector
+from ragmon.offline.records import Qrels, read_qrels
+from ragmon.pipeline import Pipeline
+from ragmon.pricing import Pricer
+from ragmon.receivers import otlp_grpc, otlp_http
+from ragmon.receivers.ingest import IngestStats, ReceiverSettings
+
+__all__ = ["Sidecar", "run"]
+
+log = logging.getLogger("ragmon")
+
+
+@dataclass(slots=True)
+class _Bound:
+    http: int | None = None
+    grpc: int | None = None
+    metrics: int | None = None
+
+
+@dataclass
+class Sidecar:
+    """ragmon's sidecar in-process: ``await start()``, then ``await stop()``.
+
+    ``clock`` is monotonic seconds (injectable for tests). Bound ports are in ``ports``
+    after start (a configured port of 0 picks a free one).
+    """
+
+    config: Config = field(default_factory=Config)
+    clock: Callable[[], float] = time.monotonic
+    ports: _Bound = field(default_factory=_Bound)
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.ingest = IngestStats()
+        options = ConventionOptions.from_config(cfg.scoring)
+        self.metrics = RagMetrics(
+            self.registry,
+            ks=cfg.scoring.k,
+            windows=[parse_duration(w) for w in cfg.scoring.windows],
+            max_label_values=cfg.metrics.max_label_values,
+            clock=self.clock,
+        )
+        self.assembler = TraceAssembler.from_config(cfg.traces)
+        golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
+        self.pipeline = Pipeline(
+            assembler=self.assembler,
+            extract=lambda trace: extract_rag_record(trace, options),
+            metrics=self.metrics,
+            pricer=Pricer.from_config(cfg),
+            ks=cfg.scoring.k,
+            golden=golden,
+            clock=self.clock,
+            max_queued_spans=cfg.receiver.max_queued_spans,
+        )
+        self.receiver_settings = ReceiverSettings(
+            span_selection(options), cfg.receiver.max_body_bytes, cfg.receiver.token
+        )
+        self.registry.register(StatsCollector(self._self_metrics))
+        self._runners: list[web.AppRunner] = []
+        self._grpc: grpc.aio.Server | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self.started_at = time.time()
+
+    # -- self-metrics -----------------------------------------------------------------------
+
+    def _self_metrics(self) -> Iterable[Metric]:
+        received = CounterMetricFamily("ragmon_spans_received", "Spans received, by protocol.", labels=["protocol"])
+        rejected = CounterMetricFamily("ragmon_spans_rejected", "Spans rejected (partial success), by reason.", labels=["protocol", "reason"])
+        requests = CounterMetricFamily("ragmon_requests_rejected", "Export requests rejected whole, by reason.", labels=["protocol", "reason"])
+        for protocol in ("http", "grpc"):
+            received.add_metric([protocol], self.ingest.spans_received[protocol])
+        for (protocol, reason), n in sorted(self.ingest.spans_rejected.items()):
+            rejected.add_metric([protocol, reason], n)
+        for (protocol, reason), n in sorted(self.ingest.requests_rejected.items()):
+            requests.add_metric([protocol, reason], n)
+        yield from (received, rejected, requests)
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        label_names: dict[str, list[str]] = defaultdict(list)
+        samples = self.assembler.stats().samples()
+        for s in samples:
+            label_names[s.name] = [k for k, _ in s.labels]
+        for s in samples:
+            if s.name not in families:
+                base = s.name.removesuffix("_total")
+                families[s.name] = (
+                    CounterMetricFamily(base, f"Trace assembly: {base}.", labels=label_names[s.name])
+                    if s.kind == "counter"
+                    else GaugeMetricFamily(s.name, f"Trace assembly: {s.name}.", labels=label_names[s.name])
+                )
+            families[s.name].add_metric([v for _, v in s.labels], s.value)
+        yield from families.values()
+        stats = self.pipeline.stats()
+        queue = GaugeMetricFamily("ragmon_queue_spans", "Spans waiting in the ingest queue.")
+        queue.add_metric([], stats.queued_spans)
+        capacity = GaugeMetricFamily("ragmon_queue_capacity_spans", "Capacity of the ingest queue, in spans.")
+        capacity.add_metric([], stats.max_queued_spans)
+        ignored = CounterMetricFamily("ragmon_traces_ignored", "Finished traces with no retrieval or LLM span (not RAG requests).")
+        ignored.add_metric([], stats.ignored)
+        dropped = CounterMetricFamily("ragmon_dropped", "Finished traces that could not be scored, by reason.", labels=["reason"])
+        dropped.add_metric(["trace_error"], stats.dropped.get("trace_error", 0))
+        no_content = CounterMetricFamily("ragmon_traces_without_content", "Scored traces whose spans recorded no query or answer text.")
+        no_content.add_metric([], stats.without_content)
+        yield from (queue, capacity, ignored, dropped, no_content)
+
+    # -- HTTP: /metrics, /healthz, /readyz, / ----------------------------------------------------
+
+    def metrics_app(self) -> web.Application:
+        """The aiohttp app serving ``/metrics``, ``/healthz``, ``/readyz`` and the status page."""
+        token = self.config.metrics.token
+        expected = f"Bearer {token}".encode() if token else None
+
+        async def metrics(request: web.Request) -> web.Response:
+            if expected is not None and not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
+                return web.Response(status=401, text="missing or wrong bearer token\n")
+            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+            body = encoder(self.registry)
+            return web.Response(body=body, headers={"Content-Type": content_type})
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok\n")
+
+        async def readyz(_: web.Request) -> web.Response:
+            if self._worker is None or self._worker.done():
+                return web.Response(status=503, text="not running\n")
+            if self.pipeline.overloaded:
+                return web.Response(status=503, text="overloaded: ingest queue above 90%\n")
+            return web.Response(text="ready\n")
+
+        async def status(_: web.Request) -> web.Response:
+            return web.Response(text=self.status_page(), content_type="text/html")
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        app.router.add_get("/", status)
+        return app
+
+    def status_page(self) -> str:
+        """A small HTML page: what ragmon listens on and what it has seen."""
+        stats = self.pipeline.stats()
+        assembly = self.assembler.stats()
+        rows = [
+            ("version", __version__),
+            ("OTLP/HTTP", f"port {self.ports.http}" if self.ports.http else "off"),
+            ("OTLP/gRPC", f"port {self.ports.grpc}" if self.ports.grpc else "off"),
+            ("spans received", str(sum(self.ingest.spans_received.values()))),
+            ("traces pending", str(assembly.traces_pending)),
+            ("requests scored", str(stats.records)),
+            ("traces ignored (no retrieval or LLM span)", str(stats.ignored)),
+            ("retrievals without relevance", str(stats.unlabelled)),
+        ]
+        notes = []
+        if stats.without_content:
+            notes.append(
+                f"{stats.without_content} of {stats.records} requests carried no query or answer text: "
+                "their instrumentation records no message content (OpenTelemetry GenAI instrumentation's "
+                "default), so only latency, tokens and cost can be measured for them."
+            )
+        if stats.records and stats.unlabelled == stats.records:
+            notes.append("No request carried relevance labels: retrieval quality needs ragmon.relevant_document_ids, a golden set, probes or feedback.")
+        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+        note = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+        return f"<!doctype html><title>ragmon</title><h1>ragmon</h1><table>{body}</table>{note}<p><a href='/metrics'>/metrics</a></p>\n"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def _serve(self, app: web.Application, address: tuple[str, int]) -> int:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, address[0], address[1]).start()
+        self._runners.append(runner)
+        return int(runner.addresses[0][1])
+
+    async def start(self) -> None:
+        """Start the worker, the receivers and the metrics server; log what was bound."""
+        cfg = self.config
+        self._worker = asyncio.create_task(self.pipeline.run(), name="ragmon-pipeline")
+        metrics_address = parse_listen(cfg.metrics.listen)
+        if metrics_address is not None:
+            self.ports.metrics = await self._serve(self.metrics_app(), metrics_address)
+            log.info("metrics on %s:%d", metrics_address[0], self.ports.metrics)
+        http_address = parse_listen(cfg.receiver.http)
+        if http_address is not None:
+            runner, port = await otlp_http.start(*http_address, self.receiver_settings, self.pipeline, self.ingest)
+            self._runners.append(runner)
+            self.ports.http = port
+            log.info("OTLP/HTTP on %s:%d", http_address[0], port)
+        grpc_address = parse_listen(cfg.receiver.grpc)
+        if grpc_address is not None:
+            self._grpc, port = await otlp_grpc.start(*grpc_address, self.receiver_settings, self.pipeline, self.ingest)
+            self.ports.grpc = port
+            log.info("OTLP/gRPC on %s:%d", grpc_address[0], port)
+
+    async def stop(self) -> None:
+        """Stop accepting, score every trace held, then close the servers."""
+        await self.pipeline.shutdown()
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+        if self._grpc is not None:
+            await self._grpc.stop(1.0)
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+
+
+async def _run(config: Config) -> int:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    sidecar = Sidecar(config)
+    try:
+        await sidecar.start()
+    except BaseException:
+        await sidecar.stop()
+        raise
+    log.info("ragmon %s running", __version__)
+    await stopping.wait()
+    log.info("stopping: finishing the traces held")
+    await sidecar.stop()
+    return 0
+
+
+def run(config: Config) -> int:
+    """``ragmon run``: serve until SIGTERM or SIGINT; returns the exit code."""
+    return asyncio.run(_run(config))

@@ -1,0 +1,322 @@
+"""Pieces every convention shares: options, value coercion, JSON text, document ids.
+
+Pure and cheap: nothing here parses JSON unless the caller asked for a value that only JSON
+holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ragmon.config import check_document_id_place
+from ragmon.model import AttrValue, RetrievedDocument
+
+if TYPE_CHECKING:
+    from ragmon.config import ScoringConfig
+
+__all__ = ["ConventionOptions", "Usage"]
+
+RawDocument = Mapping[str, Any]
+"""One document as a span carried it: field name (``id``, ``score``, ``content``,
+``metadata``, …) -> value; ``metadata`` is a JSON string or an object."""
+
+_DOCUMENT_FIELD_ALIASES = {"content": ("content", "page_content", "text")}
+_QUERY_KEYS = (
+    "input",
+    "question",
+    "query",
+    "q",
+    "user_input",
+    "prompt",
+    "text",
+    "message",
+    "content",
+)
+_ANSWER_KEYS = ("output", "answer", "result", "response", "output_text", "text", "content")
+
+
+@dataclass(frozen=True, slots=True)
+class ConventionOptions:
+    """How traces are read.
+
+    ``document_id``: ordered places to take a document's id from; the first that yields a
+    non-empty value wins. A place is ``document.<field>`` (a field of the document as the span
+    carried it: ``document.id``, ``document.url``, …; for LangChain's OpenInference retriever
+    spans, which carry no ``document.id``, the id comes from the span's ``output.value``) or
+    ``metadata.<key>`` (a key of the document's metadata object; dots in ``<key>`` walk into
+    nested objects when no key matches exactly). When no place yields an id the document's id
+    is ``sha256:`` + the first 16 hex digits of the SHA-256 of its UTF-8 content (of its
+    metadata JSON when it has no content; ``#<rank>`` when it has neither, which matches no
+    label).
+
+    ``variant_attribute``: looked up on the root span, then on its resource; the variant is
+    ``"default"`` when neither carries it.
+
+    ``keep_content``: keep the documents' text in the record (the judge needs it); ids taken
+    from a content hash are computed either way.
+    """
+
+    document_id: tuple[str, ...] = ("document.id",)
+    variant_attribute: str = "ragmon.variant"
+    keep_content: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.document_id:
+            raise ValueError("document_id: must list at least one place")
+        for place in self.document_id:
+            try:
+                check_document_id_place(place)
+            except ValueError as exc:
+                raise ValueError(f"document_id: {exc}") from None
+        if not isinstance(self.variant_attribute, str) or not self.variant_attribute:
+            raise ValueError("variant_attribute: must be a non-empty attribute name")
+
+    @classmethod
+    def from_config(cls, scoring: ScoringConfig) -> ConventionOptions:
+        """Options from the ``[scoring]`` section."""
+        return cls(
+            document_id=tuple(scoring.document_id), variant_attribute=scoring.variant_attribute
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts one span carried; ``cached_input_tokens`` is part of ``input_tokens``."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+def as_int(value: object) -> int | None:
+    """A token count: a non-negative int (from int, integral float or digit string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value >= 0 and value.is_integer() else None
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def as_float(value: object) -> float | None:
+    """A finite float (from int, float or numeric string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def as_str(value: object) -> str | None:
+    """A non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
+
+
+def loads(text: object) -> Any:
+    """``json.loads`` that returns None for anything that is not a JSON string."""
+    if not isinstance(text, (str, bytes)) or not text:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _looks_like_json(text: str) -> bool:
+    return text.lstrip()[:1] in ("{", "[", '"')
+
+
+def _pick(obj: Any, keys: tuple[str, ...]) -> str | None:
+    if isinstance(obj, str):
+        return obj or None
+    if isinstance(obj, Mapping):
+        for key in keys:
+            value = obj.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
+
+
+def value_text(value: AttrValue, mime_type: AttrValue, keys: tuple[str, ...]) -> str | None:
+    """Text from an ``input.value``/``output.value``-like attribute.
+
+    Plain text (``text/plain`` or no mime type and not JSON-looking) is returned as is. JSON is
+    parsed: a string is the text; an object gives its first string value among ``keys``.
+    Anything else gives None.
+    """
+    if not isinstance(value, str) or not value:
+        return None
+    is_json = mime_type == "application/json" or (
+        mime_type in (None, "") and _looks_like_json(value)
+    )
+    if not is_json:
+        return value
+    parsed = loads(value)
+    if parsed is None:
+        return value if mime_type != "application/json" else None
+    return _pick(parsed, keys)
+
+
+def query_text(value: AttrValue, mime_type: AttrValue = None) -> str | None:
+    """The user's question from an input value (plain, JSON string, or ``{"question": …}``)."""
+    return value_text(value, mime_type, _QUERY_KEYS)
+
+
+def answer_text(value: AttrValue, mime_type: AttrValue = None) -> str | None:
+    """The answer from an output value (plain, JSON string, or ``{"answer": …}``)."""
+    return value_text(value, mime_type, _ANSWER_KEYS)
+
+
+def pick_query(obj: Any) -> str | None:
+    """A question from an already parsed object (a string, or the first query-like key)."""
+    return _pick(obj, _QUERY_KEYS)
+
+
+def pick_answer(obj: Any) -> str | None:
+    """An answer from an already parsed object (a string, or the first answer-like key)."""
+    return _pick(obj, _ANSWER_KEYS)
+
+
+# -- documents --------------------------------------------------------------------------------
+
+
+def content_hash(text: str) -> str:
+    """``sha256:`` + the first 16 hex digits of the SHA-256 of ``text`` (UTF-8)."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _id_text(value: object) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else str(value)
+    return None
+
+
+def _metadata_value(metadata: Any, key: str) -> str | None:
+    if not isinstance(metadata, Mapping):
+        return None
+    if key in metadata:
+        return _id_text(metadata[key])
+    node: Any = metadata
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return _id_text(node)
+
+
+def _field(doc: RawDocument, name: str) -> Any:
+    for alias in _DOCUMENT_FIELD_ALIASES.get(name, (name,)):
+        value = doc.get(alias)
+        if value is not None:
+            return value
+    return None
+
+
+def resolve_documents(
+    raw: Sequence[RawDocument],
+    options: ConventionOptions,
+    fallback_ids: Callable[[], Sequence[str | None]] | None = None,
+) -> tuple[RetrievedDocument, ...]:
+    """Turn raw documents into ranked ``RetrievedDocument`` values using ``options.document_id``.
+
+    ``fallback_ids`` (called at most once, only when needed) gives ids by rank for documents
+    whose ``id`` field is missing (LangChain: parsed from the retriever's ``output.value``).
+    """
+    places = [(head, rest) for head, _, rest in (p.partition(".") for p in options.document_id)]
+    fallback: Sequence[str | None] | None = None
+    out: list[RetrievedDocument] = []
+    for rank, doc in enumerate(raw):
+        content = _field(doc, "content")
+        text = content if isinstance(content, str) else None
+        doc_id: str | None = None
+        metadata: Any = None
+        metadata_parsed = False
+        for head, rest in places:
+            if head == "document":
+                doc_id = _id_text(_field(doc, rest))
+                if doc_id is None and rest == "id" and fallback_ids is not None:
+                    if fallback is None:
+                        fallback = fallback_ids()
+                    doc_id = fallback[rank] if rank < len(fallback) else None
+            else:
+                if not metadata_parsed:
+                    metadata = doc.get("metadata")
+                    if isinstance(metadata, str):
+                        metadata = loads(metadata)
+                    metadata_parsed = True
+                doc_id = _metadata_value(metadata, rest)
+            if doc_id:
+                break
+        if not doc_id:
+            if text is not None:
+                doc_id = content_hash(text)
+            elif isinstance(doc.get("metadata"), (str, Mapping)):
+                meta = doc["metadata"]
+                doc_id = content_hash(
+                    meta if isinstance(meta, str) else json.dumps(meta, sort_keys=True)
+                )
+            else:
+                doc_id = f"#{rank}"
+        out.append(
+            RetrievedDocument(
+                id=doc_id,
+                score=as_float(doc.get("score")),
+                content=text if options.keep_content else None,
+            )
+        )
+    return tuple(out)
+
+
+def json_documents(value: AttrValue) -> list[RawDocument]:
+    """Documents from a JSON array attribute (``gen_ai.retrieval.documents``): a JSON string
+    holding a list of objects, or an array of JSON object strings (structured form decoded)."""
+    items: Any
+    if isinstance(value, str):
+        items = loads(value)
+        if isinstance(items, Mapping):  # tolerate {"documents": [...]}
+            items = items.get("documents")
+    elif isinstance(value, tuple):
+        items = [loads(v) if isinstance(v, str) else None for v in value]
+    else:
+        return []
+    if not isinstance(items, list):
+        return []
+    return [item for item in items if isinstance(item, Mapping)]
+
+
+def flattened_documents(attributes: Mapping[str, AttrValue], prefix: str) -> list[RawDocument]:
+    """OpenInference's flattened lists: ``<prefix>N.document.<field>`` -> one dict per N, by N."""
+    docs: dict[int, dict[str, AttrValue]] = {}
+    start = len(prefix)
+    for key, value in attributes.items():
+        if not key.startswith(prefix):
+            continue
+        index, dot, rest = key[start:].partition(".")
+        if not dot or not index.isdigit() or not rest.startswith("document."):
+            continue
+        docs.setdefault(int(index), {})[rest[9:]] = value
+    return [docs[i] for i in sorted(docs)]

@@ -1,0 +1,144 @@
+"""The sidecar's pipeline behind the receivers: queue -> assembly -> conventions -> scoring -> metrics.
+
+One asyncio task drains a bounded queue of span batches; receivers only ``offer`` (never
+block). A full queue makes ``offer`` return False, and the receivers answer 503/UNAVAILABLE
+so exporters retry: nothing is dropped silently. One bad trace never stops the worker: it is
+counted in ``ragmon_dropped_total{reason}`` and the worker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from ragmon.assembly import TraceAssembler
+from ragmon.exporter import RagMetrics
+from ragmon.model import RagRecord, Span, Trace
+from ragmon.offline.records import Qrels
+from ragmon.pricing import Pricer
+from ragmon.scoring import score_record
+
+__all__ = ["Pipeline", "PipelineStats"]
+
+log = logging.getLogger("ragmon")
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStats:
+    """Counters of the pipeline, for ``/metrics`` and the status page."""
+
+    queued_spans: int
+    max_queued_spans: int
+    records: int
+    ignored: int
+    unlabelled: int
+    without_content: int
+    dropped: dict[str, int]
+
+
+class Pipeline:
+    """Owns the queue and the worker; a ``SpanSink`` for the receivers."""
+
+    def __init__(
+        self,
+        *,
+        assembler: TraceAssembler,
+        extract: Callable[[Trace], RagRecord | None],
+        metrics: RagMetrics,
+        pricer: Pricer,
+        ks: Sequence[int],
+        golden: Qrels | None,
+        clock: Callable[[], float],
+        max_queued_spans: int,
+        tick: float = 0.25,
+    ) -> None:
+        self._assembler = assembler
+        self._extract = extract
+        self._metrics = metrics
+        self._pricer = pricer
+        self._ks = tuple(ks)
+        self._golden = golden
+        self._clock = clock
+        self._max_queued = max_queued_spans
+        self._tick = tick
+        self._queue: asyncio.Queue[Sequence[Span]] = asyncio.Queue()
+        self._queued = 0
+        self._accepting = True
+        self._records = 0
+        self._ignored = 0
+        self._unlabelled = 0
+        self._without_content = 0
+        self._dropped: Counter[str] = Counter()
+
+    # -- SpanSink ----------------------------------------------------------------------------
+
+    def offer(self, spans: Sequence[Span]) -> bool:
+        """Queue a batch; False when full or shutting down (the receiver answers 503)."""
+        if not self._accepting or self._queued + len(spans) > self._max_queued:
+            return False
+        self._queued += len(spans)
+        self._queue.put_nowait(spans)
+        return True
+
+    @property
+    def overloaded(self) -> bool:
+        """True while the queue is more than 90% full (``/readyz`` says so)."""
+        return self._queued > 0.9 * self._max_queued
+
+    # -- worker --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Drain the queue forever, finishing traces on every batch and every tick."""
+        while True:
+            try:
+                batch = await asyncio.wait_for(self._queue.get(), self._tick)
+            except TimeoutError:
+                batch = None
+            now = self._clock()
+            if batch is not None:
+                self._queued -= len(batch)
+                self._assembler.add(batch, now)
+            self._process(self._assembler.expire(now), now)
+
+    async def shutdown(self) -> None:
+        """Stop accepting, take what is queued, finish every trace held and score it."""
+        self._accepting = False
+        now = self._clock()
+        while not self._queue.empty():
+            batch = self._queue.get_nowait()
+            self._queued -= len(batch)
+            self._assembler.add(batch, now)
+        self._process(self._assembler.expire(now), now)
+        self._process(self._assembler.drain(), now)
+
+    def _process(self, traces: Iterable[Trace], now: float) -> None:
+        for trace in traces:
+            try:
+                record = self._extract(trace)
+                if record is None:
+                    self._ignored += 1
+                    continue
+                scores = score_record(record, self._ks, self._pricer, self._golden)
+                self._metrics.observe(record, scores, now)
+            except Exception:  # one bad trace must not stop the worker
+                self._dropped["trace_error"] += 1
+                log.exception("could not score trace %s", trace.trace_id.hex())
+                continue
+            self._records += 1
+            self._unlabelled += scores.unlabelled
+            self._without_content += not record.content_recorded
+
+    def stats(self) -> PipelineStats:
+        """A snapshot of the pipeline's counters."""
+        return PipelineStats(
+            queued_spans=self._queued,
+            max_queued_spans=self._max_queued,
+            records=self._records,
+            ignored=self._ignored,
+            unlabelled=self._unlabelled,
+            without_content=self._without_content,
+            dropped=dict(self._dropped),
+        )

@@ -1,0 +1,108 @@
+"""A finished request's scores: retrieval metrics per relevance source, and priced model calls.
+
+Pure: ``score_record`` reads a ``RagRecord`` and returns a ``RecordScores``; it holds no state
+and reads no clock. The ranking scored is the one handed to generation: the reranker's output
+when there was a reranker, else the retriever's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ragmon.metrics import retrieval
+from ragmon.model import RagRecord
+from ragmon.offline.records import Qrels
+from ragmon.pricing import PriceSource, Pricer
+
+__all__ = ["RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_record", "final_ranking"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalScore:
+    """Retrieval metrics of one query against one source of relevance (label, golden, …)."""
+
+    source: str
+    reciprocal_rank: float
+    hit: dict[int, float]
+    recall: dict[int, float]
+    precision: dict[int, float]
+    ndcg: dict[int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class PricedCall:
+    """One model call's tokens and price (``usd`` None: unpriced)."""
+
+    model: str
+    purpose: str
+    input_tokens: int
+    output_tokens: int
+    usd: float | None
+    price_source: PriceSource
+
+
+@dataclass(frozen=True, slots=True)
+class RecordScores:
+    """Everything ragmon derives from one record."""
+
+    retrieval: tuple[RetrievalScore, ...]
+    unlabelled: bool
+    """The request retrieved documents but no source said which were relevant."""
+    calls: tuple[PricedCall, ...]
+
+    @property
+    def cost_usd(self) -> float:
+        """Priced cost of the request (unpriced calls count 0 here and are reported apart)."""
+        return sum(c.usd for c in self.calls if c.usd is not None)
+
+
+def final_ranking(record: RagRecord) -> list[str]:
+    """Ids of the ranking handed to generation: reranked if a reranker ran, else retrieved."""
+    documents = record.reranked if record.reranked is not None else record.retrieved
+    return [d.id for d in documents]
+
+
+def score_retrieval(ranking: Sequence[str], grades: dict[str, int] | dict[str, float], source: str, ks: Sequence[int]) -> RetrievalScore | None:
+    """Score one ranking against one label set at every k; ``None`` when nothing is relevant."""
+    scored = retrieval.score_all(ranking, grades, ks)
+    if scored is None:
+        return None
+    rr, per_k = scored
+    return RetrievalScore(
+        source=source,
+        reciprocal_rank=rr,
+        hit={k: v[0] for k, v in per_k.items()},
+        recall={k: v[1] for k, v in per_k.items()},
+        precision={k: v[2] for k, v in per_k.items()},
+        ndcg={k: v[3] for k, v in per_k.items()},
+    )
+
+
+def score_record(record: RagRecord, ks: Sequence[int], pricer: Pricer, golden: Qrels | None = None) -> RecordScores:
+    """Score a record: retrieval per relevance source (``label``, ``golden``) and priced calls."""
+    scores: list[RetrievalScore] = []
+    labelled = False
+    if record.has_retrieval:
+        ranking = final_ranking(record)
+        sources: list[tuple[str, dict[str, int]]] = []
+        if record.relevance is not None:
+            sources.append(("label", dict(record.relevance)))
+        if golden is not None and record.query is not None:
+            found = golden.lookup(None, record.query)
+            if found is not None:
+                sources.append(("golden", found))
+        for source, grades in sources:
+            score = score_retrieval(ranking, grades, source, ks)
+            if score is not None:
+                scores.append(score)
+                labelled = True
+    calls = []
+    for call in record.llm_calls:
+        price = pricer.price(
+            call.model, call.provider, call.input_tokens, call.output_tokens,
+            cached_input_tokens=min(call.cached_input_tokens, call.input_tokens),
+            span_cost_usd=call.cost_usd, at_ns=record.start_ns or None,
+        )
+        calls.append(PricedCall(call.model, call.purpose, call.input_tokens, call.output_tokens, price.usd, price.source))
+    return RecordScores(tuple(scores), record.has_retrieval and not labelled, tuple(calls))

@@ -1,0 +1,95 @@
+"""``ragmon run`` as a process: starts with or without a config, logs its ports, stops on SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from test_sidecar import send_rag_traces
+
+PORT_LINE = re.compile(r"(metrics|OTLP/HTTP|OTLP/gRPC) on ([\d.]+):(\d+)")
+
+
+def _start(*args: str) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ragmon", "run", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    ports: dict[str, int] = {}
+    deadline = time.monotonic() + 30
+    assert process.stderr is not None
+    while len(ports) < 3 and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        match = PORT_LINE.search(line)
+        if match:
+            ports[match.group(1)] = int(match.group(3))
+    return process, ports
+
+
+def _stop(process: subprocess.Popen[str]) -> tuple[int, str]:
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    return process.returncode, err
+
+
+def test_run_with_a_config_file_scores_traces_and_stops_cleanly(tmp_path: Path) -> None:
+    config = tmp_path / "ragmon.toml"
+    config.write_text(
+        '[receiver]\nhttp = "127.0.0.1:0"\ngrpc = "127.0.0.1:0"\n'
+        '[metrics]\nlisten = "127.0.0.1:0"\n[traces]\ngrace = "100ms"\n'
+    )
+    process, ports = _start("--config", str(config))
+    try:
+        assert set(ports) == {"metrics", "OTLP/HTTP", "OTLP/gRPC"}, ports
+        send_rag_traces(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{ports['OTLP/HTTP']}/v1/traces", timeout=10), "svc")
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=10) as response:
+                text = response.read().decode()
+            if 'ragmon_traces_total{service="svc",variant="B"} 3.0' in text:
+                break
+            time.sleep(0.1)
+        assert 'ragmon_traces_total{service="svc",variant="B"} 3.0' in text
+    finally:
+        code, err = _stop(process)
+    assert code == 0, err
+    assert "Traceback" not in err and "stopping" in err
+
+
+def test_run_with_no_config_uses_the_default_ports() -> None:
+    process, ports = _start()
+    code, err = _stop(process)
+    assert ports == {"metrics": 9464, "OTLP/HTTP": 4318, "OTLP/gRPC": 4317}, err
+    assert code == 0, err
+
+
+def test_run_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[traces]\ngrace = 'soon'\n")
+    result = subprocess.run([sys.executable, "-m", "ragmon", "run", "--config", str(config)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "traces.grace" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_run_on_a_busy_port_exits_2_with_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = tmp_path / "c.toml"
+        config.write_text(f'[receiver]\nhttp = "127.0.0.1:{port}"\ngrpc = ""\n[metrics]\nlisten = "127.0.0.1:0"\n')
+        result = subprocess.run([sys.executable, "-m", "ragmon", "run", "--config", str(config)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("ragmon run: error:")
