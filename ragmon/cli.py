@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ragmon import __version__
-from ragmon.config import ConfigError, load_config
+from ragmon.config import ConfigError, check_document_id_place, load_config
 from ragmon.errors import RagmonError, UsageError
 from ragmon.offline.compare import compare_runs
 from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold
@@ -36,6 +36,7 @@ def _build_parser() -> _Parser:
         p.add_argument("--qrels", metavar="FILE", help="relevance labels (JSONL by query_id or query text, or TREC qrels); they win over labels in the records")
         p.add_argument("--k", default="1,3,5,10", metavar="K,…", help="cut-offs (default 1,3,5,10)")
         p.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
+        p.add_argument("--document-id", default="document.id", metavar="PLACE,…", help="for OTLP/JSON trace dumps: where document ids come from, in order (default document.id; e.g. metadata.doc_id,document.id)")
 
     ev = commands.add_parser("eval", help="score JSONL files of RAG records", description="Score JSONL files of RAG records (one run). Exit 1 when a --fail-under threshold fails, 2 on bad input.")
     ev.add_argument("files", nargs="+", metavar="FILE")
@@ -86,10 +87,22 @@ def _check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_run(paths: Sequence[str], progress: bool) -> list[EvalRecord]:
+def _document_id(text: str) -> tuple[str, ...]:
+    places = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not places:
+        raise UsageError("--document-id needs at least one place")
+    for place in places:
+        try:
+            check_document_id_place(place)
+        except ValueError as exc:
+            raise UsageError(f"--document-id: {exc}") from None
+    return places
+
+
+def _read_run(paths: Sequence[str], progress: bool, document_id: tuple[str, ...]) -> list[EvalRecord]:
     records: list[EvalRecord] = []
     for path in paths:
-        records.extend(read_records(path, progress=progress))
+        records.extend(read_records(path, progress=progress, document_id=document_id))
     return records
 
 
@@ -101,7 +114,7 @@ def _eval(args: argparse.Namespace, progress: bool) -> int:
     ks = parse_ks(args.k)
     thresholds = [parse_threshold(t) for t in args.fail_under]
     qrels = _qrels(args.qrels, progress)
-    records = _read_run(args.files, progress)
+    records = _read_run(args.files, progress, _document_id(args.document_id))
     report = evaluate(args.files, records, qrels, ks, thresholds)
     print(render_eval(report, args.format))
     for result in report.thresholds:
@@ -116,8 +129,9 @@ def _compare(args: argparse.Namespace, progress: bool) -> int:
     if args.resamples < 1:
         raise UsageError(f"--resamples must be >= 1, got {args.resamples}")
     qrels = _qrels(args.qrels, progress)
-    run_a = _read_run([args.a], progress)
-    run_b = _read_run([args.b], progress)
+    places = _document_id(args.document_id)
+    run_a = _read_run([args.a], progress, places)
+    run_b = _read_run([args.b], progress, places)
     comparison = compare_runs(args.a, run_a, args.b, run_b, qrels, ks, resamples=args.resamples, seed=args.seed)
     print(render_compare(comparison, args.format))
     return EXIT_OK

@@ -532,8 +532,8 @@ def _utf16(d: Path) -> BadCase:
 
 def _otlp_first_line(d: Path) -> BadCase:
     f = d / "traces.json"
-    f.write_text(json.dumps({"resourceSpans": []}) + "\n", encoding="utf-8")
-    return ["eval", str(f)], [f"{f}:1", "OTLP", "retrieved_document_ids"]
+    f.write_text(json.dumps({"resourceSpans": []}) + "\n" + json.dumps(OK) + "\n", encoding="utf-8")
+    return ["eval", str(f)], [f"{f}:2", "OTLP/JSON request"]
 
 
 def _missing(d: Path) -> BadCase:

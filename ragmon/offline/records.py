@@ -7,6 +7,7 @@ first), and optionally ``relevant_document_ids`` (binary) or ``relevance`` (id -
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,10 +97,7 @@ def parse_labels(obj: Mapping[str, Any]) -> dict[str, int] | None:
 
 def _record(path: str, line: int, obj: Mapping[str, Any]) -> EvalRecord:
     if "resourceSpans" in obj:
-        raise ValueError(
-            "this is an OTLP/JSON trace dump; ragmon eval reads RAG records "
-            '(one JSON object per line with "retrieved_document_ids")'
-        )
+        raise ValueError("an OTLP/JSON trace request in a file of RAG records")
     if "retrieved_document_ids" not in obj:
         raise ValueError('missing "retrieved_document_ids"')
     query_id = obj.get("query_id")
@@ -121,9 +119,33 @@ def _record(path: str, line: int, obj: Mapping[str, Any]) -> EvalRecord:
     )
 
 
-def read_records(path: str, *, progress: bool = False) -> Iterator[EvalRecord]:
-    """Yield the records of one JSONL file; ``InputError`` names the line of the first problem."""
-    for line, obj in iter_jsonl(path, progress=progress):
+def read_records(
+    path: str, *, progress: bool = False, document_id: tuple[str, ...] = ("document.id",)
+) -> Iterator[EvalRecord]:
+    """Yield the records of one JSONL file, or of an OTLP/JSON trace dump (one request per line,
+    or one pretty-printed request); ``InputError`` names the line of the first problem.
+
+    ``document_id`` says where a trace dump's document ids come from (``[scoring] document_id``).
+    """
+    from ragmon.conventions import ConventionOptions
+    from ragmon.offline import traces
+
+    lines = iter_jsonl(path, progress=progress)
+    try:
+        first = next(lines, None)
+    except InputError as exc:
+        whole = traces.read_whole_dump(path) if exc.line == 1 else None
+        if whole is None:
+            raise
+        yield from traces.records_from_requests(path, [(1, whole)], ConventionOptions(document_id=document_id))
+        return
+    if first is None:
+        return
+    if traces.is_trace_dump(first[1]):
+        options = ConventionOptions(document_id=document_id)
+        yield from traces.records_from_requests(path, itertools.chain([first], lines), options)
+        return
+    for line, obj in itertools.chain([first], lines):
         try:
             yield _record(path, line, obj)
         except ValueError as exc:
