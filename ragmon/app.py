@@ -89,7 +89,7 @@ class Sidecar:
         self.registry.register(StatsCollector(self._self_metrics))
         self._runners: list[web.AppRunner] = []
         self._grpc: grpc.aio.Server | None = None
-        self._worker: asyncio.Task[None] | None = None
+        self.worker: asyncio.Task[None] | None = None
         self.started_at = time.time()
 
     # -- self-metrics -----------------------------------------------------------------------
@@ -151,10 +151,8 @@ class Sidecar:
             return web.Response(text="ok\n")
 
         async def readyz(_: web.Request) -> web.Response:
-            if self._worker is None or self._worker.done():
+            if self.worker is None or self.worker.done():
                 return web.Response(status=503, text="not running\n")
-            if self.pipeline.overloaded:
-                return web.Response(status=503, text="overloaded: ingest queue above 90%\n")
             return web.Response(text="ready\n")
 
         async def status(_: web.Request) -> web.Response:
@@ -206,7 +204,7 @@ class Sidecar:
     async def start(self) -> None:
         """Start the worker, the receivers and the metrics server; log what was bound."""
         cfg = self.config
-        self._worker = asyncio.create_task(self.pipeline.run(), name="ragmon-pipeline")
+        self.worker = asyncio.create_task(self.pipeline.run(), name="ragmon-pipeline")
         metrics_address = parse_listen(cfg.metrics.listen)
         if metrics_address is not None:
             self.ports.metrics = await self._serve(self.metrics_app(), metrics_address)
@@ -223,13 +221,17 @@ class Sidecar:
             self.ports.grpc = port
             log.info("OTLP/gRPC on %s:%d", grpc_address[0], port)
 
-    async def stop(self) -> None:
-        """Stop accepting, score every trace held, then close the servers."""
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stop accepting, let the worker score every trace held, then close the servers."""
         await self.pipeline.shutdown()
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
+        if self.worker is not None and not self.worker.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self.worker), timeout)
+            except TimeoutError:
+                log.error("the pipeline did not finish within %.0fs; stopping anyway", timeout)
+                self.worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.worker
         if self._grpc is not None:
             await self._grpc.stop(1.0)
         for runner in reversed(self._runners):
@@ -249,7 +251,15 @@ async def _run(config: Config) -> int:
         await sidecar.stop()
         raise
     log.info("ragmon %s running", __version__)
-    await stopping.wait()
+    worker = sidecar.worker
+    signalled = asyncio.create_task(stopping.wait())
+    await asyncio.wait({signalled, *([worker] if worker else [])}, return_when=asyncio.FIRST_COMPLETED)
+    if worker is not None and worker.done():
+        signalled.cancel()
+        error = None if worker.cancelled() else worker.exception()
+        log.error("the pipeline stopped unexpectedly: %r", error)
+        await sidecar.stop()
+        return 1
     log.info("stopping: finishing the traces held")
     await sidecar.stop()
     return 0

@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return run(config)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a busy port; a value only the running parts can check
         print(f"ragmon run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

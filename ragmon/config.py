@@ -261,8 +261,9 @@ def _check_value(key: str, value: Any, default: Any, problems: list[str]) -> Any
         elif key == "scoring.windows":
             if not value:
                 raise ValueError("must list at least one window")
-            for w in value:
-                parse_duration(w)
+            seconds = [parse_duration(w) for w in value]
+            if len(set(seconds)) != len(seconds):
+                raise ValueError(f"lists the same duration twice: {list(value)}")
         elif key == "scoring.document_id":
             if not value:
                 raise ValueError("must list at least one place")
@@ -322,6 +323,11 @@ def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Conf
                 model: _section(f'pricing."{model}"', Price, price, problems)
                 for model, price in table.items()
             }
+            seen: dict[str, str] = {}
+            for model in table:
+                if model.strip().lower() in seen:
+                    problems.append(f'pricing."{model}": same model as pricing."{seen[model.strip().lower()]}" (names ignore case)')
+                seen.setdefault(model.strip().lower(), model)
         else:
             problems.append(_unknown(name, [*_SECTIONS, "probe", "pricing"]))
     if problems:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,8 @@ from ragmon.model import AttributeFilter, AttrValue, Span, SpanEvent
 __all__ = ["DecodeError", "Decoded", "SpanSelection", "decode_protobuf", "decode_json", "count_spans"]
 
 _STATUS_ERROR = 2
+_NO_SPAN = bytes(8)
+"""An all-zero parent span id means no parent (some producers send it instead of nothing)."""
 _SERVICE_NAME = "service.name"
 
 
@@ -43,15 +46,18 @@ class SpanSelection:
 
 @dataclass(slots=True)
 class Decoded:
-    """Spans decoded from one body, and those rejected (with the first reason)."""
+    """Spans decoded from one body, and those rejected: counted per reason, first reason kept
+    for the partial-success message."""
 
     spans: list[Span] = field(default_factory=list)
     rejected: int = 0
     reason: str = ""
+    reasons: Counter[str] = field(default_factory=Counter)
 
     def reject(self, reason: str) -> None:
-        """Count one rejected span; keep the first reason for the partial-success message."""
+        """Count one rejected span under ``reason`` (a label value: ``invalid_trace_id``, …)."""
         self.rejected += 1
+        self.reasons[reason] += 1
         if not self.reason:
             self.reason = reason
 
@@ -126,14 +132,16 @@ def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) 
             for span in scope_spans.spans:
                 trace_id, span_id = span.trace_id, span.span_id
                 if len(trace_id) != 16 or trace_id == bytes(16):
-                    result.reject("invalid trace_id")
+                    result.reject("invalid_trace_id")
                     continue
                 if len(span_id) != 8 or span_id == bytes(8):
-                    result.reject("invalid span_id")
+                    result.reject("invalid_span_id")
                     continue
                 parent = span.parent_span_id
-                if parent and len(parent) != 8:
-                    result.reject("invalid parent_span_id")
+                if parent == _NO_SPAN:
+                    parent = b""
+                elif parent and len(parent) != 8:
+                    result.reject("invalid_parent_span_id")
                     continue
                 events: tuple[SpanEvent, ...] = ()
                 if wanted_events and span.events:
@@ -151,6 +159,7 @@ def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) 
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
                         flags=span.flags,
+                        kind=span.kind,
                         error=span.status.code == _STATUS_ERROR,
                         service=service,
                         attributes=_wanted(span.attributes, selection.attributes),
@@ -204,6 +213,15 @@ def _json_attrs(attributes: Any, wanted: AttributeFilter | None) -> dict[str, At
     return out
 
 
+_KINDS = {"SPAN_KIND_INTERNAL": 1, "SPAN_KIND_SERVER": 2, "SPAN_KIND_CLIENT": 3, "SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5}
+
+
+def _json_kind(value: Any) -> int:
+    if isinstance(value, str):
+        return _KINDS.get(value, 0)
+    return int(value or 0)
+
+
 def _json_id(value: Any, size: int) -> bytes | None:
     if not value:
         return b""
@@ -214,7 +232,9 @@ def _json_id(value: Any, size: int) -> bytes | None:
             raw = base64.b64decode(value, validate=True)
         except (TypeError, ValueError, binascii.Error):
             return None
-    return raw if len(raw) == size else None
+    if len(raw) != size:
+        return None
+    return b"" if raw == bytes(size) else raw
 
 
 def decode_json(body: bytes, selection: SpanSelection) -> Decoded:
@@ -244,13 +264,13 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
                 span_id = _json_id(span.get("spanId"), 8)
                 parent = _json_id(span.get("parentSpanId"), 8)
                 if not trace_id or trace_id == bytes(16):
-                    result.reject("invalid trace_id")
+                    result.reject("invalid_trace_id")
                     continue
                 if not span_id or span_id == bytes(8):
-                    result.reject("invalid span_id")
+                    result.reject("invalid_span_id")
                     continue
                 if parent is None:
-                    result.reject("invalid parent_span_id")
+                    result.reject("invalid_parent_span_id")
                     continue
                 try:
                     events = tuple(
@@ -268,6 +288,7 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
                             start_ns=int(span.get("startTimeUnixNano") or 0),
                             end_ns=int(span.get("endTimeUnixNano") or 0),
                             flags=int(span.get("flags") or 0),
+                            kind=_json_kind(span.get("kind")),
                             error=status.get("code") in (_STATUS_ERROR, "STATUS_CODE_ERROR"),
                             service=service if isinstance(service, str) else "",
                             attributes=_json_attrs(span.get("attributes"), selection.attributes),
@@ -276,5 +297,5 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
                         )
                     )
                 except (AttributeError, TypeError, ValueError, binascii.Error):
-                    result.reject("malformed span")
+                    result.reject("malformed_span")
     return result

@@ -8,6 +8,8 @@ values pass through a ``LabelLimiter`` so cardinality stays capped.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -34,7 +36,7 @@ _MEAN_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ragmon_retrieval_recall_mean": ("Mean recall@k over the window.", ("source", "k")),
     "ragmon_retrieval_precision_mean": ("Mean precision@k over the window.", ("source", "k")),
     "ragmon_retrieval_ndcg_mean": ("Mean NDCG@k over the window.", ("source", "k")),
-    "ragmon_cost_usd_per_request": ("Mean priced cost of a request in USD over the window.", ()),
+    "ragmon_cost_usd_per_request": ("Mean cost of a request in USD over the window (requests whose every model call was priced).", ()),
     "ragmon_error_ratio": ("Share of requests whose trace had an error over the window.", ()),
 }
 
@@ -104,6 +106,24 @@ class StatsCollector(Collector):
         return self._build()
 
 
+_PER_K_GAUGES = (
+    "ragmon_retrieval_hit_rate",
+    "ragmon_retrieval_recall_mean",
+    "ragmon_retrieval_precision_mean",
+    "ragmon_retrieval_ndcg_mean",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _RetrievalSeries:
+    """Bound metric children of one (service, variant, source): no label lookups per request."""
+
+    queries: Any
+    rr: Any
+    mrr_key: MeanKey
+    per_k: tuple[tuple[int, Any, Any, Any, Any, tuple[MeanKey, ...]], ...]
+
+
 class RagMetrics:
     """The sidecar's metric state for one registry."""
 
@@ -120,6 +140,7 @@ class RagMetrics:
         self.ks = tuple(ks)
         self.clock = clock
         self.limit = LabelLimiter(max_label_values)
+        self._retrieval: dict[tuple[str, str, str], _RetrievalSeries] = {}
         fold_mean: Callable[[MeanKey], MeanKey] = lambda key: (key[0], OTHER, OTHER, key[3], key[4])  # noqa: E731
         fold_latency: Callable[[LatencyKey], LatencyKey] = lambda key: (OTHER, OTHER, key[2])  # noqa: E731
         self.means: WindowStore[MeanKey] = WindowStore(windows, max_series=max_series, fold=fold_mean)
@@ -137,6 +158,10 @@ class RagMetrics:
         self.tokens = Counter("ragmon_tokens", "Model tokens.", ["service", "model", "token_type"], registry=r)
         self.cost = Counter("ragmon_cost_usd", "Priced model cost in USD.", ["service", "model"], registry=r)
         self.unpriced = Counter("ragmon_unpriced_tokens", "Tokens of models with no known price.", ["model"], registry=r)
+        self.without_usage = Counter(
+            "ragmon_llm_calls_without_usage", "Model calls whose span reported no tokens and no cost (not priced).",
+            ["service", "model"], registry=r,
+        )
         src = [*sv, "source"]
         self.queries = Counter("ragmon_retrieval_queries", "Retrievals scored against relevance.", src, registry=r)
         self.unlabelled = Counter("ragmon_retrieval_unlabelled", "Retrievals with no relevance information (not scored).", sv, registry=r)
@@ -181,6 +206,9 @@ class RagMetrics:
             self.latency.observe((service, variant, stage), seconds, now)
         for call in scores.calls:
             model = limit("model", call.model or "unknown")
+            if call.price_source == "no_usage":
+                self.without_usage.labels(service, model).inc()
+                continue
             if call.input_tokens:
                 self.tokens.labels(service, model, "input").inc(call.input_tokens)
             if call.output_tokens:
@@ -189,25 +217,49 @@ class RagMetrics:
                 self.unpriced.labels(model).inc(call.input_tokens + call.output_tokens)
             else:
                 self.cost.labels(service, model).inc(call.usd)
-        if scores.calls:
-            self.means.observe(("ragmon_cost_usd_per_request", service, variant, "", ""), scores.cost_usd, now)
+        cost = scores.cost_usd
+        if cost is not None:
+            self.means.observe(("ragmon_cost_usd_per_request", service, variant, "", ""), cost, now)
         if scores.unlabelled:
             self.unlabelled.labels(service, variant).inc()
         for score in scores.retrieval:
-            source = score.source
-            self.queries.labels(service, variant, source).inc()
-            self.rr.labels(service, variant, source).observe(score.reciprocal_rank, exemplar)
-            self.means.observe(("ragmon_retrieval_mrr", service, variant, source, ""), score.reciprocal_rank, now)
+            series = self._retrieval_series(service, variant, score.source)
+            series.queries.inc()
+            series.rr.observe(score.reciprocal_rank, exemplar)
+            observe = self.means.observe
+            observe(series.mrr_key, score.reciprocal_rank, now)
+            for k, hits, recall, precision, ndcg, keys in series.per_k:
+                hit = score.hit[k]
+                hits.inc(hit)
+                recall.observe(score.recall[k])
+                precision.observe(score.precision[k])
+                ndcg.observe(score.ndcg[k])
+                observe(keys[0], hit, now)
+                observe(keys[1], score.recall[k], now)
+                observe(keys[2], score.precision[k], now)
+                observe(keys[3], score.ndcg[k], now)
+
+    def _retrieval_series(self, service: str, variant: str, source: str) -> _RetrievalSeries:
+        """The bound children and window keys of one (service, variant, source), made once."""
+        key = (service, variant, source)
+        series = self._retrieval.get(key)
+        if series is None:
+            labels = (service, variant, source)
+            per_k = []
             for k in self.ks:
                 ks = str(k)
-                self.hits.labels(service, variant, source, ks).inc(score.hit[k])
-                self.recall.labels(service, variant, source, ks).observe(score.recall[k])
-                self.precision.labels(service, variant, source, ks).observe(score.precision[k])
-                self.ndcg.labels(service, variant, source, ks).observe(score.ndcg[k])
-                for gauge, value in (
-                    ("ragmon_retrieval_hit_rate", score.hit[k]),
-                    ("ragmon_retrieval_recall_mean", score.recall[k]),
-                    ("ragmon_retrieval_precision_mean", score.precision[k]),
-                    ("ragmon_retrieval_ndcg_mean", score.ndcg[k]),
-                ):
-                    self.means.observe((gauge, service, variant, source, ks), value, now)
+                per_k.append((
+                    k,
+                    self.hits.labels(*labels, ks),
+                    self.recall.labels(*labels, ks),
+                    self.precision.labels(*labels, ks),
+                    self.ndcg.labels(*labels, ks),
+                    tuple((gauge, service, variant, source, ks) for gauge in _PER_K_GAUGES),
+                ))
+            series = self._retrieval[key] = _RetrievalSeries(
+                self.queries.labels(*labels),
+                self.rr.labels(*labels),
+                ("ragmon_retrieval_mrr", service, variant, source, ""),
+                tuple(per_k),
+            )
+        return series

@@ -25,8 +25,10 @@ class LabelLimiter:
 
     def __call__(self, label: str, value: str) -> str:
         """The value to export for ``label``: ``value`` itself, or ``other`` past the cap."""
-        seen = self._seen.setdefault(label, set())
-        if value in seen:
+        seen = self._seen.get(label)
+        if seen is None:
+            seen = self._seen[label] = set()
+        elif value in seen:
             return value
         if len(seen) < self.max_values:
             seen.add(value)

@@ -33,6 +33,8 @@ SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE = 0x100
 """OTLP span flags bit: whether the parent is remote is known (bit 0x200 is meaningful)."""
 SPAN_FLAGS_CONTEXT_IS_REMOTE = 0x200
 """OTLP span flags bit: the parent span lives in another process."""
+SPAN_KIND_SERVER = 2
+SPAN_KIND_CONSUMER = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,8 @@ class Span:
     start_ns: int
     end_ns: int
     flags: int = 0
+    kind: int = 0
+    """OTLP span kind: 1 internal, 2 server, 3 client, 4 producer, 5 consumer (0 unspecified)."""
     error: bool = False
     service: str = ""
     attributes: Attributes = field(default_factory=dict)
@@ -81,9 +85,17 @@ class Span:
 
     @property
     def has_remote_parent(self) -> bool:
-        """True when the parent is known to live in another process (flags 0x100 and 0x200)."""
-        both = SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE | SPAN_FLAGS_CONTEXT_IS_REMOTE
-        return bool(self.parent_span_id) and (self.flags & both) == both
+        """True when the parent lives in another process.
+
+        The span flags say so when the producer sets bit 0x100 (then 0x200 is the answer);
+        producers that do not are read by span kind: a SERVER or CONSUMER span's parent is
+        the caller's span, in another process.
+        """
+        if not self.parent_span_id:
+            return False
+        if self.flags & SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE:
+            return bool(self.flags & SPAN_FLAGS_CONTEXT_IS_REMOTE)
+        return self.kind in (SPAN_KIND_SERVER, SPAN_KIND_CONSUMER)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,9 @@ __all__ = ["Pipeline", "PipelineStats"]
 
 log = logging.getLogger("ragmon")
 
+_SLICE = 256
+"""Traces scored between two yields to the event loop (receivers and scrapes stay responsive)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineStats:
@@ -67,6 +70,7 @@ class Pipeline:
         self._queue: asyncio.Queue[Sequence[Span]] = asyncio.Queue()
         self._queued = 0
         self._accepting = True
+        self.refusal = "overloaded"
         self._records = 0
         self._ignored = 0
         self._unlabelled = 0
@@ -77,7 +81,11 @@ class Pipeline:
 
     def offer(self, spans: Sequence[Span]) -> bool:
         """Queue a batch; False when full or shutting down (the receiver answers 503)."""
-        if not self._accepting or self._queued + len(spans) > self._max_queued:
+        if not self._accepting:
+            self.refusal = "shutting_down"
+            return False
+        if self._queued + len(spans) > self._max_queued:
+            self.refusal = "overloaded"
             return False
         self._queued += len(spans)
         self._queue.put_nowait(spans)
@@ -85,37 +93,47 @@ class Pipeline:
 
     @property
     def overloaded(self) -> bool:
-        """True while the queue is more than 90% full (``/readyz`` says so)."""
+        """True while the queue is more than 90% full."""
         return self._queued > 0.9 * self._max_queued
 
     # -- worker --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Drain the queue forever, finishing traces on every batch and every tick."""
+        """The worker: take every queued batch, finish due traces, score them; on ``shutdown``,
+        finish and score everything held, then return."""
         while True:
-            try:
-                batch = await asyncio.wait_for(self._queue.get(), self._tick)
-            except TimeoutError:
-                batch = None
+            batch: Sequence[Span] | None = None
+            if self._queue.empty() and self._accepting:
+                try:
+                    async with asyncio.timeout(self._tick):
+                        batch = await self._queue.get()
+                except TimeoutError:
+                    pass
             now = self._clock()
             if batch is not None:
-                self._queued -= len(batch)
-                self._assembler.add(batch, now)
-            self._process(self._assembler.expire(now), now)
+                self._take(batch, now)
+            while not self._queue.empty():
+                self._take(self._queue.get_nowait(), now)
+            await self._process(self._assembler.expire(now), now)
+            if not self._accepting and self._queue.empty():
+                await self._process(self._assembler.drain(), now)
+                return
+
+    def _take(self, batch: Sequence[Span], now: float) -> None:
+        self._queued -= len(batch)
+        if batch:
+            self._assembler.add(batch, now)
 
     async def shutdown(self) -> None:
-        """Stop accepting, take what is queued, finish every trace held and score it."""
+        """Stop accepting and wake the worker, which scores every trace held and returns."""
         self._accepting = False
-        now = self._clock()
-        while not self._queue.empty():
-            batch = self._queue.get_nowait()
-            self._queued -= len(batch)
-            self._assembler.add(batch, now)
-        self._process(self._assembler.expire(now), now)
-        self._process(self._assembler.drain(), now)
+        self._queue.put_nowait(())
 
-    def _process(self, traces: Iterable[Trace], now: float) -> None:
-        for trace in traces:
+    async def _process(self, traces: Iterable[Trace], now: float) -> None:
+        """Score finished traces, yielding to the event loop every ``_SLICE`` traces."""
+        for done, trace in enumerate(traces, start=1):
+            if done % _SLICE == 0:
+                await asyncio.sleep(0)
             try:
                 record = self._extract(trace)
                 if record is None:

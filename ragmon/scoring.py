@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ragmon.metrics import retrieval
 from ragmon.model import RagRecord
@@ -32,14 +33,16 @@ class RetrievalScore:
 
 @dataclass(frozen=True, slots=True)
 class PricedCall:
-    """One model call's tokens and price (``usd`` None: unpriced)."""
+    """One model call's tokens and price. ``usd`` is None when the model has no price
+    (``price_source="unpriced"``) or the span reported no usage (``"no_usage"``: no tokens
+    and no cost, e.g. a streamed OpenAI call without ``stream_options.include_usage``)."""
 
     model: str
     purpose: str
     input_tokens: int
     output_tokens: int
     usd: float | None
-    price_source: PriceSource
+    price_source: PriceSource | Literal["no_usage"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +55,10 @@ class RecordScores:
     calls: tuple[PricedCall, ...]
 
     @property
-    def cost_usd(self) -> float:
-        """Priced cost of the request (unpriced calls count 0 here and are reported apart)."""
+    def cost_usd(self) -> float | None:
+        """Cost of the request; ``None`` unless every call was priced (no cost is guessed)."""
+        if not self.calls or any(c.usd is None for c in self.calls):
+            return None
         return sum(c.usd for c in self.calls if c.usd is not None)
 
 
@@ -99,6 +104,9 @@ def score_record(record: RagRecord, ks: Sequence[int], pricer: Pricer, golden: Q
                 labelled = True
     calls = []
     for call in record.llm_calls:
+        if call.cost_usd is None and not call.input_tokens and not call.output_tokens:
+            calls.append(PricedCall(call.model, call.purpose, 0, 0, None, "no_usage"))
+            continue
         price = pricer.price(
             call.model, call.provider, call.input_tokens, call.output_tokens,
             cached_input_tokens=min(call.cached_input_tokens, call.input_tokens),

@@ -116,6 +116,8 @@ def test_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"pricing": {"m": {"input": -1}}}, 'pricing."m".input: must be >= 0'),
         ({"pricing": {"m": {"inpt": 1}}}, "pricing.\"m\".inpt: unknown key (did you mean 'input'?)"),
         ({"metrics": "x"}, "metrics: expected a table"),
+        ({"scoring": {"windows": ["5m", "300s"]}}, "scoring.windows: lists the same duration twice"),
+        ({"pricing": {"M": {"input": 1}, "m": {"input": 2}}}, 'pricing."m": same model as pricing."M"'),
         ({"scoring": {"document_id": ["doc_id"]}}, "scoring.document_id: 'doc_id' is not a place"),
         ({"scoring": {"variant_attribute": ""}}, "scoring.variant_attribute: must name an attribute"),
     ],

@@ -673,3 +673,18 @@ def test_malformed_attributes_never_raise(rows: list[tuple[int, str, dict[str, A
         assert all(isinstance(d.id, str) and d.id for d in rec.retrieved)
         assert all(c.input_tokens >= 0 and c.output_tokens >= 0 for c in rec.llm_calls)
         assert all(v >= 0 for v in rec.stage_seconds.values())
+
+
+def test_a_retrieval_that_found_nothing_is_an_empty_ranking() -> None:
+    def build(tracer):  # type: ignore[no-untyped-def]
+        with tracer.start_as_current_span("rag") as root:
+            root.set_attribute("openinference.span.kind", "CHAIN")
+            with tracer.start_as_current_span("retrieve") as span:
+                span.set_attribute("openinference.span.kind", "RETRIEVER")
+                span.set_attribute("output.value", '{"documents": []}')
+                span.set_attribute("ragmon.relevant_document_ids", ["d1"])
+
+    options = ConventionOptions()
+    record = extract_rag_record(decode_trace(record_spans(build), options), options)
+    assert record is not None and record.has_retrieval and record.retrieved == ()
+    assert record.relevance == {"d1": 1}

@@ -73,7 +73,7 @@ def test_bad_ids_are_rejected_per_span_and_the_rest_kept(spans) -> None:  # type
     bad = request.resource_spans[0].scope_spans[0].spans[0]
     bad.trace_id = b"\x01\x02"
     decoded = decode_protobuf(request.SerializeToString(), SELECTION)
-    assert decoded.rejected == 1 and decoded.reason == "invalid trace_id"
+    assert decoded.rejected == 1 and decoded.reason == "invalid_trace_id"
     assert len(decoded.spans) == len(spans) - 1
     assert count_spans(request.SerializeToString()) == len(spans)
 
@@ -110,5 +110,28 @@ def test_malformed_json_span_is_rejected_alone(spans) -> None:  # type: ignore[n
     data = json.loads(to_otlp_json(spans))
     data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["startTimeUnixNano"] = "soon"
     decoded = decode_json(json.dumps(data).encode(), SELECTION)
-    assert decoded.rejected == 1 and decoded.reason == "malformed span"
+    assert decoded.rejected == 1 and decoded.reason == "malformed_span"
     assert len(decoded.spans) == len(spans) - 1
+
+
+@pytest.mark.parametrize(("kind", "flags", "remote"), [(2, 0, True), (5, 0, True), (1, 0, False), (3, 0, False), (2, 0x100, False), (1, 0x300, True)])
+def test_remote_parent_from_flags_else_from_span_kind(spans, kind: int, flags: int, remote: bool) -> None:  # type: ignore[no-untyped-def]
+    """Producers that do not set flag 0x100: a SERVER or CONSUMER span's parent is remote."""
+    request = ExportTraceServiceRequest.FromString(to_protobuf(spans))
+    span = next(s for s in request.resource_spans[0].scope_spans[0].spans if s.name == "retrieve")
+    span.kind, span.flags = kind, flags
+    decoded = {s.name: s for s in decode_protobuf(request.SerializeToString(), SELECTION).spans}
+    assert decoded["retrieve"].kind == kind
+    assert decoded["retrieve"].has_remote_parent is remote
+
+
+def test_all_zero_parent_id_means_no_parent(spans) -> None:  # type: ignore[no-untyped-def]
+    request = ExportTraceServiceRequest.FromString(to_protobuf(spans))
+    span = next(s for s in request.resource_spans[0].scope_spans[0].spans if s.name == "retrieve")
+    span.parent_span_id = bytes(8)
+    decoded = {s.name: s for s in decode_protobuf(request.SerializeToString(), SELECTION).spans}
+    assert decoded["retrieve"].parent_span_id == b""
+    data = json.loads(to_otlp_json(spans))
+    for s in data["resourceSpans"][0]["scopeSpans"][0]["spans"]:
+        s["parentSpanId"] = "0" * 16
+    assert all(s.parent_span_id == b"" for s in decode_json(json.dumps(data).encode(), SELECTION).spans)

@@ -67,7 +67,7 @@ def test_partial_success(receiver: Receiver) -> None:
     request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\x01"
     response = ExportTraceServiceResponse.FromString(_call(receiver.url, request.SerializeToString()))
     assert response.partial_success.rejected_spans == 1
-    assert "invalid trace_id" in response.partial_success.error_message
+    assert "invalid_trace_id" in response.partial_success.error_message
     assert len(receiver.sink.spans) == 1
 
 

@@ -34,6 +34,7 @@ class Sink:
     spans: list[Span] = field(default_factory=list)
     refuse: int = 0
     offers: int = 0
+    refusal: str = "overloaded"
 
     def offer(self, spans: Sequence[Span]) -> bool:
         self.offers += 1
@@ -61,7 +62,7 @@ def _build(tracer):  # type: ignore[no-untyped-def]
 SPANS = record_spans(_build)
 
 
-def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20) -> Iterator[Receiver]:
+def _start(loop: LoopThread, token: str = "", max_body: int = 4 << 20) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
     settings = ReceiverSettings(SELECTION, max_body, token)
     runner, port = loop.run(otlp_http.start("127.0.0.1", 0, settings, sink, stats))
@@ -110,11 +111,11 @@ def test_partial_success_reports_rejected_spans(receiver: Receiver, as_json: boo
         data["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "00" * 8
         status, _, body = post(receiver.url, json.dumps(data).encode(), JS)
         partial = json.loads(body)["partialSuccess"]
-        assert partial["rejectedSpans"] == "1" and "invalid span_id" in partial["errorMessage"]
+        assert partial["rejectedSpans"] == "1" and "invalid_span_id" in partial["errorMessage"]
     else:
         status, _, body = post(receiver.url, request.SerializeToString(), PB)
         partial = ExportTraceServiceResponse.FromString(body).partial_success
-        assert partial.rejected_spans == 1 and "invalid span_id" in partial.error_message
+        assert partial.rejected_spans == 1 and "invalid_span_id" in partial.error_message
     assert status == 200
     assert len(receiver.sink.spans) == 1
     assert receiver.stats.spans_rejected[("http", "invalid_span_id")] == 1
@@ -173,8 +174,18 @@ def test_overload_gets_503_with_retry_after_and_the_exporter_retries(receiver: R
     receiver.sink.refuse = 1
     status, headers, _ = post(receiver.url, to_protobuf(SPANS), PB)
     assert status == 503 and headers["Retry-After"] == "1"
-    assert receiver.stats.requests_rejected[("http", "overloaded")] == 1
+    assert receiver.stats.spans_rejected[("http", "overloaded")] == 2
     receiver.sink.refuse = 1
     exporter = OTLPSpanExporter(endpoint=receiver.url, timeout=30)
     assert exporter.export(SPANS) == SpanExportResult.SUCCESS  # retried after the 503
     assert receiver.sink.offers == 3 and len(receiver.sink.spans) == 2
+
+
+def test_large_body_over_real_tcp_is_read_whole(receiver: Receiver) -> None:
+    """A body far beyond one socket read (here ~1 MB) arrives in many chunks and is accepted."""
+    many = record_spans(lambda tracer: [tracer.start_span(f"s{i}", attributes={"blob": "x" * 2000}).end() for i in range(500)])
+    body = to_protobuf(many)
+    assert len(body) > 1_000_000
+    status, _, _ = post(receiver.url, body, PB)
+    assert status == 200
+    assert len(receiver.sink.spans) == 500

@@ -171,5 +171,7 @@ def test_shutdown_scores_the_traces_held(sidecar: tuple[Sidecar, FakeClock, Loop
     send_rag_traces(HttpExporter(endpoint=f"http://127.0.0.1:{car.ports.http}/v1/traces", timeout=10), "svc")
     wait_for(lambda: car.assembler.stats().spans_held == 9)
     loop.run(car.pipeline.shutdown())
+    wait_for(lambda: car.worker is not None and car.worker.done())
+    assert car.worker is not None and car.worker.exception() is None
     assert car.pipeline.stats().records == 3
     assert not car.pipeline.offer([])  # no longer accepting

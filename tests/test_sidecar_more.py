@@ -149,5 +149,7 @@ def test_langchain_app_instrumented_by_openinference() -> None:
         assert value(v, "ragmon_retrieval_hits_total", **src, k="3") == 2
         assert value(v, "ragmon_retrieval_mrr", **src, window="5m") == pytest.approx((1 + 1 / 3) / 3, abs=1e-12)
         assert value(v, "ragmon_request_duration_seconds_count", service="lc-app", variant="default", stage="generation") == 3
-        # the fake chat model reports no tokens and has no price: nothing invented
-        assert value(v, "ragmon_unpriced_tokens_total", model="unknown") == 0
+        # the fake chat model reports no tokens: counted as a call without usage, never priced 0
+        assert value(v, "ragmon_llm_calls_without_usage_total", service="lc-app", model="unknown") == 3
+        assert ("ragmon_cost_usd_total", frozenset({"service": "lc-app", "model": "unknown"}.items())) not in v
+        assert ("ragmon_cost_usd_per_request", frozenset({"service": "lc-app", "variant": "default", "window": "5m"}.items())) not in v

@@ -12,7 +12,8 @@ Rules (SPEC §4):
 
 - the retrieval is the outermost retriever span that lists documents (the earliest if several).
   ``has_retrieval`` is True only when a retriever span recorded its ranking: it lists
-  documents, or carries ``gen_ai.retrieval.documents`` even as an empty list. A retriever span
+  documents, carries ``gen_ai.retrieval.documents`` even as an empty list, or its
+  ``output.value`` is an empty document list (``{"documents": []}``). A retriever span
   without documents (GenAI instrumentation records none by default) is unknown, not an empty
   ranking: ``has_retrieval`` stays False, so no miss is scored, and its latency still counts
   in ``stage_seconds``;

@@ -441,7 +441,9 @@ def extract_rag_record(trace: Trace, options: ConventionOptions) -> RagRecord | 
         llm_calls=tuple(_llm_call(n) for n in calls if _counted(n)),
         stage_seconds=stage_seconds,
         evaluations=tuple(evaluations),
-        has_retrieval=chosen is not None or any(genai.RETRIEVAL_DOCUMENTS in n.span.attributes for n in retrievers),
+        has_retrieval=chosen is not None
+        or any(genai.RETRIEVAL_DOCUMENTS in n.span.attributes for n in retrievers)
+        or any(openinference.reports_no_documents(n.span) for n in retrievers),
         content_recorded=query is not None or answer is not None,
     )
 

@@ -105,6 +105,17 @@ def reranked(attributes: Attributes) -> list[RawDocument]:
     return flattened_documents(attributes, RERANKER_OUTPUT_DOCUMENTS)
 
 
+def reports_no_documents(span: Span) -> bool:
+    """True when a retriever span's ``output.value`` says it found nothing (``{"documents": []}``
+    or ``[]``): an empty ranking, to be scored as a miss, not skipped."""
+    value = span.attributes.get(OUTPUT_VALUE)
+    if not isinstance(value, str) or len(value) > 256:
+        return False
+    parsed: Any = loads(value)
+    items = parsed.get("documents") if isinstance(parsed, Mapping) else parsed
+    return isinstance(items, list) and not items
+
+
 def output_document_ids(span: Span) -> Callable[[], list[str | None]]:
     """Ids by rank from a LangChain retriever's ``output.value`` JSON (parsed when called)."""
 

@@ -19,6 +19,11 @@ class SpanSink(Protocol):
 
     def offer(self, spans: Sequence[Span]) -> bool: ...
 
+    @property
+    def refusal(self) -> str:
+        """Why the last ``offer`` returned False: ``overloaded`` or ``shutting_down``."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ReceiverSettings:

@@ -58,12 +58,13 @@ def _handler(settings: ReceiverSettings, sink: SpanSink, stats: IngestStats) -> 
             reject("decode")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if decoded.spans and not sink.offer(decoded.spans):
-            reject("overloaded")
+            stats.spans_rejected[(PROTOCOL, sink.refusal)] += len(decoded.spans)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "ragmon is overloaded; retry later", retry_metadata)
         stats.spans_received[PROTOCOL] += len(decoded.spans) + decoded.rejected
         response = ExportTraceServiceResponse()
         if decoded.rejected:
-            stats.spans_rejected[(PROTOCOL, decoded.reason.replace(" ", "_"))] += decoded.rejected
+            for reason, n in decoded.reasons.items():
+                stats.spans_rejected[(PROTOCOL, reason)] += n
             response.partial_success.rejected_spans = decoded.rejected
             response.partial_success.error_message = f"{decoded.rejected} span(s) rejected: {decoded.reason}"
         return bytes(response.SerializeToString())

@@ -83,10 +83,15 @@ def add_routes(app: web.Application, settings: ReceiverSettings, sink: SpanSink,
         if request.content_length is not None and request.content_length > limit:
             reject("too_large")
             return _error(reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, f"body larger than {limit} bytes")
-        body = await request.content.read(limit + 1)
-        if len(body) > limit or not request.content.at_eof():
-            reject("too_large")
-            return _error(reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, f"body larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                reject("too_large")
+                return _error(reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, f"body larger than {limit} bytes")
+            chunks.append(chunk)
+        body = b"".join(chunks)
         if encoding == "gzip":
             try:
                 body = _gunzip(body, limit)
@@ -102,13 +107,15 @@ def add_routes(app: web.Application, settings: ReceiverSettings, sink: SpanSink,
             reject("decode")
             return _error(reply_type, 400, _GRPC_INVALID_ARGUMENT, str(exc))
         if decoded.spans and not sink.offer(decoded.spans):
-            reject("overloaded")
+            # decoded, so countable: the spans are refused (the exporter retries them), not the body
+            stats.spans_rejected[(PROTOCOL, sink.refusal)] += len(decoded.spans)
             return _error(reply_type, 503, _GRPC_UNAVAILABLE, "ragmon is overloaded; retry later",
                           {"Retry-After": str(RETRY_AFTER_SECONDS)})
         stats.spans_received[PROTOCOL] += len(decoded.spans) + decoded.rejected
         response = ExportTraceServiceResponse()
         if decoded.rejected:
-            stats.spans_rejected[(PROTOCOL, decoded.reason.replace(" ", "_"))] += decoded.rejected
+            for reason, n in decoded.reasons.items():
+                stats.spans_rejected[(PROTOCOL, reason)] += n
             response.partial_success.rejected_spans = decoded.rejected
             response.partial_success.error_message = f"{decoded.rejected} span(s) rejected: {decoded.reason}"
         return _reply(reply_type, 200, response)
