@@ -14,24 +14,23 @@ import html
 import logging
 import signal
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ragmon import __version__
 from ragmon.assembly import TraceAssembler
 from ragmon.config import Config, parse_duration, parse_listen
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
-from ragmon.exporter import RagMetrics, StatsCollector
-from ragmon.offline.records import Qrels, read_qrels
+from ragmon.exporter import RagMetrics, StatsCollector, self_metrics
+from ragmon.relevance import Qrels, read_qrels
 from ragmon.pipeline import Pipeline
 from ragmon.pricing import Pricer
+from ragmon.scoring import score_record
 from ragmon.receivers import otlp_grpc, otlp_http
 from ragmon.receivers.ingest import IngestStats, ReceiverSettings
 
@@ -73,65 +72,25 @@ class Sidecar:
         )
         self.assembler = TraceAssembler.from_config(cfg.traces)
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
+        pricer = Pricer.from_config(cfg)
         self.pipeline = Pipeline(
             assembler=self.assembler,
             extract=lambda trace: extract_rag_record(trace, options),
+            score=lambda record: score_record(record, cfg.scoring.k, pricer, golden),
             metrics=self.metrics,
-            pricer=Pricer.from_config(cfg),
-            ks=cfg.scoring.k,
-            golden=golden,
             clock=self.clock,
             max_queued_spans=cfg.receiver.max_queued_spans,
         )
         self.receiver_settings = ReceiverSettings(
             span_selection(options), cfg.receiver.max_body_bytes, cfg.receiver.token
         )
-        self.registry.register(StatsCollector(self._self_metrics))
+        self.registry.register(
+            StatsCollector(lambda: self_metrics(self.ingest, self.assembler.stats(), self.pipeline.stats()))
+        )
         self._runners: list[web.AppRunner] = []
         self._grpc: grpc.aio.Server | None = None
         self.worker: asyncio.Task[None] | None = None
         self.started_at = time.time()
-
-    # -- self-metrics -----------------------------------------------------------------------
-
-    def _self_metrics(self) -> Iterable[Metric]:
-        received = CounterMetricFamily("ragmon_spans_received", "Spans received, by protocol.", labels=["protocol"])
-        rejected = CounterMetricFamily("ragmon_spans_rejected", "Spans rejected (partial success), by reason.", labels=["protocol", "reason"])
-        requests = CounterMetricFamily("ragmon_requests_rejected", "Export requests rejected whole, by reason.", labels=["protocol", "reason"])
-        for protocol in ("http", "grpc"):
-            received.add_metric([protocol], self.ingest.spans_received[protocol])
-        for (protocol, reason), n in sorted(self.ingest.spans_rejected.items()):
-            rejected.add_metric([protocol, reason], n)
-        for (protocol, reason), n in sorted(self.ingest.requests_rejected.items()):
-            requests.add_metric([protocol, reason], n)
-        yield from (received, rejected, requests)
-        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
-        label_names: dict[str, list[str]] = defaultdict(list)
-        samples = self.assembler.stats().samples()
-        for s in samples:
-            label_names[s.name] = [k for k, _ in s.labels]
-        for s in samples:
-            if s.name not in families:
-                base = s.name.removesuffix("_total")
-                families[s.name] = (
-                    CounterMetricFamily(base, f"Trace assembly: {base}.", labels=label_names[s.name])
-                    if s.kind == "counter"
-                    else GaugeMetricFamily(s.name, f"Trace assembly: {s.name}.", labels=label_names[s.name])
-                )
-            families[s.name].add_metric([v for _, v in s.labels], s.value)
-        yield from families.values()
-        stats = self.pipeline.stats()
-        queue = GaugeMetricFamily("ragmon_queue_spans", "Spans waiting in the ingest queue.")
-        queue.add_metric([], stats.queued_spans)
-        capacity = GaugeMetricFamily("ragmon_queue_capacity_spans", "Capacity of the ingest queue, in spans.")
-        capacity.add_metric([], stats.max_queued_spans)
-        ignored = CounterMetricFamily("ragmon_traces_ignored", "Finished traces with no retrieval or LLM span (not RAG requests).")
-        ignored.add_metric([], stats.ignored)
-        dropped = CounterMetricFamily("ragmon_dropped", "Finished traces that could not be scored, by reason.", labels=["reason"])
-        dropped.add_metric(["trace_error"], stats.dropped.get("trace_error", 0))
-        no_content = CounterMetricFamily("ragmon_traces_without_content", "Scored traces whose spans recorded no query or answer text.")
-        no_content.add_metric([], stats.without_content)
-        yield from (queue, capacity, ignored, dropped, no_content)
 
     # -- HTTP: /metrics, /healthz, /readyz, / ----------------------------------------------------
 

@@ -9,18 +9,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from collections import defaultdict
+
 from ragmon import __version__
+from ragmon.assembly import AssemblyStats
 from ragmon.labels import OTHER, LabelLimiter
 from ragmon.metrics.windows import DEFAULT_QUANTILES, WindowStore
 from ragmon.model import RagRecord
+from ragmon.receivers.ingest import IngestStats
+
+if TYPE_CHECKING:
+    from ragmon.pipeline import PipelineStats
 from ragmon.scoring import RecordScores
 
-__all__ = ["LATENCY_BUCKETS", "SCORE_BUCKETS", "RagMetrics", "StatsCollector"]
+__all__ = ["LATENCY_BUCKETS", "SCORE_BUCKETS", "RagMetrics", "StatsCollector", "self_metrics"]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -263,3 +270,43 @@ class RagMetrics:
                 tuple(per_k),
             )
         return series
+
+
+def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineStats) -> Iterable[Metric]:
+    """ragmon's own health: receivers, assembly, queue, ignored and dropped traces."""
+    received = CounterMetricFamily("ragmon_spans_received", "Spans received, by protocol.", labels=["protocol"])
+    rejected = CounterMetricFamily("ragmon_spans_rejected", "Spans rejected: partial success (bad ids) or refused with 503 (retried by the exporter), by reason.", labels=["protocol", "reason"])
+    requests = CounterMetricFamily("ragmon_requests_rejected", "Export requests rejected whole, by reason.", labels=["protocol", "reason"])
+    for protocol in ("http", "grpc"):
+        received.add_metric([protocol], ingest.spans_received[protocol])
+    for (protocol, reason), n in sorted(ingest.spans_rejected.items()):
+        rejected.add_metric([protocol, reason], n)
+    for (protocol, reason), n in sorted(ingest.requests_rejected.items()):
+        requests.add_metric([protocol, reason], n)
+    yield from (received, rejected, requests)
+    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+    label_names: dict[str, list[str]] = defaultdict(list)
+    samples = assembly.samples()
+    for s in samples:
+        label_names[s.name] = [k for k, _ in s.labels]
+    for s in samples:
+        if s.name not in families:
+            base = s.name.removesuffix("_total")
+            families[s.name] = (
+                CounterMetricFamily(base, f"Trace assembly: {base}.", labels=label_names[s.name])
+                if s.kind == "counter"
+                else GaugeMetricFamily(s.name, f"Trace assembly: {s.name}.", labels=label_names[s.name])
+            )
+        families[s.name].add_metric([v for _, v in s.labels], s.value)
+    yield from families.values()
+    queue = GaugeMetricFamily("ragmon_queue_spans", "Spans waiting in the ingest queue.")
+    queue.add_metric([], stats.queued_spans)
+    capacity = GaugeMetricFamily("ragmon_queue_capacity_spans", "Capacity of the ingest queue, in spans.")
+    capacity.add_metric([], stats.max_queued_spans)
+    ignored = CounterMetricFamily("ragmon_traces_ignored", "Finished traces with no retrieval or LLM span (not RAG requests).")
+    ignored.add_metric([], stats.ignored)
+    dropped = CounterMetricFamily("ragmon_dropped", "Finished traces that could not be scored, by reason.", labels=["reason"])
+    dropped.add_metric(["trace_error"], stats.dropped.get("trace_error", 0))
+    no_content = CounterMetricFamily("ragmon_traces_without_content", "Scored traces whose spans recorded no query or answer text.")
+    no_content.add_metric([], stats.without_content)
+    yield from (queue, capacity, ignored, dropped, no_content)

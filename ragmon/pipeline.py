@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from ragmon.assembly import TraceAssembler
 from ragmon.exporter import RagMetrics
 from ragmon.model import RagRecord, Span, Trace
-from ragmon.offline.records import Qrels
-from ragmon.pricing import Pricer
-from ragmon.scoring import score_record
+from ragmon.scoring import RecordScores
 
 __all__ = ["Pipeline", "PipelineStats"]
 
@@ -50,20 +48,16 @@ class Pipeline:
         *,
         assembler: TraceAssembler,
         extract: Callable[[Trace], RagRecord | None],
+        score: Callable[[RagRecord], RecordScores],
         metrics: RagMetrics,
-        pricer: Pricer,
-        ks: Sequence[int],
-        golden: Qrels | None,
         clock: Callable[[], float],
         max_queued_spans: int,
         tick: float = 0.25,
     ) -> None:
         self._assembler = assembler
         self._extract = extract
+        self._score = score
         self._metrics = metrics
-        self._pricer = pricer
-        self._ks = tuple(ks)
-        self._golden = golden
         self._clock = clock
         self._max_queued = max_queued_spans
         self._tick = tick
@@ -139,7 +133,7 @@ class Pipeline:
                 if record is None:
                     self._ignored += 1
                     continue
-                scores = score_record(record, self._ks, self._pricer, self._golden)
+                scores = self._score(record)
                 self._metrics.observe(record, scores, now)
             except Exception:  # one bad trace must not stop the worker
                 self._dropped["trace_error"] += 1

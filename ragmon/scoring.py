@@ -13,7 +13,7 @@ from typing import Literal
 
 from ragmon.metrics import retrieval
 from ragmon.model import RagRecord
-from ragmon.offline.records import Qrels
+from ragmon.relevance import Qrels
 from ragmon.pricing import PriceSource, Pricer
 
 __all__ = ["RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_record", "final_ranking"]
