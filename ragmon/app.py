@@ -8,6 +8,7 @@ returns 0.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import hmac
 import html
@@ -80,10 +81,10 @@ class Sidecar:
             metrics=self.metrics,
             clock=self.clock,
             max_queued_spans=cfg.receiver.max_queued_spans,
+            max_queued_bytes=cfg.receiver.max_queued_bytes,
         )
-        self.receiver_settings = ReceiverSettings(
-            span_selection(options), cfg.receiver.max_body_bytes, cfg.receiver.token
-        )
+        selection = dataclasses.replace(span_selection(options), max_value_chars=cfg.receiver.max_attribute_chars)
+        self.receiver_settings = ReceiverSettings(selection, cfg.receiver.max_body_bytes, cfg.receiver.token)
         self.registry.register(
             StatsCollector(lambda: self_metrics(self.ingest, self.assembler.stats(), self.pipeline.stats()))
         )

@@ -45,6 +45,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TRACE_SPANS = 10_000
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+"""Approximate bytes of spans held (``Span.size``); past it the oldest trace is finished early."""
 """Spans kept per trace (plus its first local root); the rest are dropped and counted."""
 DEFAULT_LATE_MEMORY = 100_000
 """Finished trace ids remembered to recognise late spans."""
@@ -83,6 +85,7 @@ class AssemblyStats:
     traces_drained: int = 0
     traces_pending: int = 0
     spans_held: int = 0
+    bytes_held: int = 0
     spans_accepted: int = 0
     spans_late: int = 0
     spans_dropped_trace_full: int = 0
@@ -115,6 +118,7 @@ class AssemblyStats:
             StatSample("ragmon_traces_evicted_total", (), self.traces_evicted, "counter"),
             StatSample("ragmon_traces_pending", (), self.traces_pending, "gauge"),
             StatSample("ragmon_spans_pending", (), self.spans_held, "gauge"),
+            StatSample("ragmon_span_bytes_pending", (), self.bytes_held, "gauge"),
             StatSample("ragmon_spans_assembled_total", (), self.spans_accepted, "counter"),
             StatSample("ragmon_spans_late_total", (), self.spans_late, "counter"),
             StatSample(
@@ -149,7 +153,7 @@ def local_root(spans: Iterable[Span]) -> Span | None:
 class _Pending:
     """A trace being assembled: its spans by span id, in arrival order."""
 
-    __slots__ = ("trace_id", "spans", "first_seen", "last_seen", "rooted")
+    __slots__ = ("trace_id", "spans", "first_seen", "last_seen", "rooted", "size")
 
     def __init__(self, trace_id: bytes, now: float) -> None:
         self.trace_id = trace_id
@@ -157,6 +161,7 @@ class _Pending:
         self.first_seen = now
         self.last_seen = now
         self.rooted = False
+        self.size = 0
 
 
 def _check_seconds(name: str, value: float, *, positive: bool) -> float:
@@ -194,6 +199,7 @@ class TraceAssembler:
         max_spans: int,
         late_memory: int = DEFAULT_LATE_MEMORY,
         max_trace_spans: int = DEFAULT_MAX_TRACE_SPANS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._grace = _check_seconds("grace", grace, positive=False)
         self._max_wait = _check_seconds("max_wait", max_wait, positive=True)
@@ -201,6 +207,8 @@ class TraceAssembler:
         self._max_spans = _check_count("max_spans", max_spans, 1)
         self._late_memory = _check_count("late_memory", late_memory, 0)
         self._max_trace_spans = _check_count("max_trace_spans", max_trace_spans, 1)
+        self._max_bytes = _check_count("max_bytes", max_bytes, 1)
+        self._held_bytes = 0
         self._now = -math.inf
         self._pending: OrderedDict[bytes, _Pending] = OrderedDict()  # by first arrival
         self._quiet: OrderedDict[bytes, _Pending] = OrderedDict()  # rooted, by last arrival
@@ -221,6 +229,7 @@ class TraceAssembler:
             max_wait=parse_duration(config.max_wait),
             max_pending=config.max_pending,
             max_spans=config.max_spans,
+            max_bytes=config.max_bytes,
         )
 
     def add(self, spans: Iterable[Span], now: float) -> None:
@@ -262,6 +271,7 @@ class TraceAssembler:
             traces_drained=self._finished[FinishReason.DRAINED],
             traces_pending=len(self._pending),
             spans_held=self._held,
+            bytes_held=self._held_bytes,
             spans_accepted=self._accepted,
             spans_late=self._late,
             spans_dropped_trace_full=self._dropped_full,
@@ -296,17 +306,20 @@ class TraceAssembler:
         state.last_seen = now
         state.rooted = state.rooted or is_root
         self._held += 1
+        self._held_bytes += span.size
+        state.size += span.size
         self._accepted += 1
         if state.rooted:
             self._quiet[trace_id] = state
             self._quiet.move_to_end(trace_id)
-        while self._held > self._max_spans:
+        while self._held > self._max_spans or self._held_bytes > self._max_bytes:
             self._ready.append(self._finish(next(iter(self._pending.values())), FinishReason.EVICTED))
 
     def _finish(self, state: _Pending, reason: FinishReason) -> Trace:
         del self._pending[state.trace_id]
         self._quiet.pop(state.trace_id, None)
         self._held -= len(state.spans)
+        self._held_bytes -= state.size
         self._finished[reason] += 1
         if self._late_memory:
             self._finished_ids[state.trace_id] = None

@@ -90,6 +90,10 @@ class ReceiverConfig:
     max_body_bytes: int = 16 * 1024 * 1024
     max_queued_spans: int = 200_000
     """Spans waiting for assembly; past it receivers answer 503/UNAVAILABLE (exporters retry)."""
+    max_queued_bytes: int = 128 * 1024 * 1024
+    """The same bound in approximate bytes of kept span data."""
+    max_attribute_chars: int = 16_384
+    """Longer string attribute values are cut (counted in ragmon_attributes_truncated_total)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,8 @@ class TracesConfig:
     max_pending: int = 50_000
     max_spans: int = 1_000_000
     """Spans held across all pending traces; past it the oldest trace is finished early."""
+    max_bytes: int = 256 * 1024 * 1024
+    """Approximate bytes of span data held across pending traces; likewise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +206,8 @@ _DURATIONS = {
 }
 _LISTENS = {"receiver.http", "receiver.grpc", "metrics.listen"}
 _POSITIVE_INTS = {
-    "receiver.max_body_bytes", "receiver.max_queued_spans", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
+    "receiver.max_body_bytes", "receiver.max_queued_spans", "receiver.max_queued_bytes",
+    "receiver.max_attribute_chars", "traces.max_bytes", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
     "judge.concurrency", "probe.concurrency", "feedback.max_traces",
 }
 

@@ -42,6 +42,8 @@ class SpanSelection:
     attributes: AttributeFilter = AttributeFilter()
     resource: AttributeFilter = AttributeFilter()
     events: frozenset[str] = frozenset()
+    max_value_chars: int = 16_384
+    """Longer string attribute values are cut to this many characters (and counted)."""
 
 
 @dataclass(slots=True)
@@ -53,6 +55,8 @@ class Decoded:
     rejected: int = 0
     reason: str = ""
     reasons: Counter[str] = field(default_factory=Counter)
+    truncated: int = 0
+    """String attribute values cut to ``SpanSelection.max_value_chars``."""
 
     def reject(self, reason: str) -> None:
         """Count one rejected span under ``reason`` (a label value: ``invalid_trace_id``, …)."""
@@ -92,6 +96,10 @@ def _jsonable(value: AttrValue) -> Any:
     return value
 
 
+_SPAN_OVERHEAD = 512
+"""Bytes counted for a span beyond its kept text (ids, timestamps, objects)."""
+
+
 def _wanted(attributes: Iterable[KeyValue], wanted: AttributeFilter) -> dict[str, AttrValue]:
     keys, prefixes = wanted.keys, wanted.prefixes
     out: dict[str, AttrValue] = {}
@@ -100,6 +108,20 @@ def _wanted(attributes: Iterable[KeyValue], wanted: AttributeFilter) -> dict[str
         if key in keys or key.startswith(prefixes):
             out[key] = _any_value(kv.value)
     return out
+
+
+def _bound(attributes: dict[str, AttrValue], limit: int, result: Decoded) -> int:
+    """Cut long strings in place (counted in ``result.truncated``); return the span's size."""
+    size = _SPAN_OVERHEAD
+    for key, value in attributes.items():
+        if isinstance(value, str):
+            if len(value) > limit:
+                value = attributes[key] = value[:limit]
+                result.truncated += 1
+            size += len(key) + len(value)
+        else:
+            size += len(key) + 16
+    return size
 
 
 def _all(attributes: Iterable[KeyValue]) -> dict[str, AttrValue]:
@@ -150,6 +172,8 @@ def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) 
                         for e in span.events
                         if e.name in wanted_events
                     )
+                attributes = _wanted(span.attributes, selection.attributes)
+                size = _bound(attributes, selection.max_value_chars, result)
                 spans.append(
                     Span(
                         trace_id=trace_id,
@@ -162,9 +186,10 @@ def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) 
                         kind=span.kind,
                         error=span.status.code == _STATUS_ERROR,
                         service=service,
-                        attributes=_wanted(span.attributes, selection.attributes),
+                        attributes=attributes,
                         events=events,
                         resource=resource,
+                        size=size,
                     )
                 )
     return result
@@ -279,6 +304,8 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
                         if e.get("name") in selection.events
                     )
                     status = span.get("status") or {}
+                    attributes = _json_attrs(span.get("attributes"), selection.attributes)
+                    size = _bound(attributes, selection.max_value_chars, result)
                     result.spans.append(
                         Span(
                             trace_id=trace_id,
@@ -291,9 +318,10 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
                             kind=_json_kind(span.get("kind")),
                             error=status.get("code") in (_STATUS_ERROR, "STATUS_CODE_ERROR"),
                             service=service if isinstance(service, str) else "",
-                            attributes=_json_attrs(span.get("attributes"), selection.attributes),
+                            attributes=attributes,
                             events=events,
                             resource=resource,
+                            size=size,
                         )
                     )
                 except (AttributeError, TypeError, ValueError, binascii.Error):

@@ -283,7 +283,10 @@ def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineSt
         rejected.add_metric([protocol, reason], n)
     for (protocol, reason), n in sorted(ingest.requests_rejected.items()):
         requests.add_metric([protocol, reason], n)
-    yield from (received, rejected, requests)
+    truncated = CounterMetricFamily("ragmon_attributes_truncated", "String attribute values cut to receiver.max_attribute_chars.", labels=["protocol"])
+    for protocol in ("http", "grpc"):
+        truncated.add_metric([protocol], ingest.attributes_truncated[protocol])
+    yield from (received, rejected, requests, truncated)
     families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
     label_names: dict[str, list[str]] = defaultdict(list)
     samples = assembly.samples()
@@ -301,6 +304,8 @@ def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineSt
     yield from families.values()
     queue = GaugeMetricFamily("ragmon_queue_spans", "Spans waiting in the ingest queue.")
     queue.add_metric([], stats.queued_spans)
+    queue_bytes = GaugeMetricFamily("ragmon_queue_bytes", "Approximate bytes of span data waiting in the ingest queue.")
+    queue_bytes.add_metric([], stats.queued_bytes)
     capacity = GaugeMetricFamily("ragmon_queue_capacity_spans", "Capacity of the ingest queue, in spans.")
     capacity.add_metric([], stats.max_queued_spans)
     ignored = CounterMetricFamily("ragmon_traces_ignored", "Finished traces with no retrieval or LLM span (not RAG requests).")
@@ -309,4 +314,4 @@ def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineSt
     dropped.add_metric(["trace_error"], stats.dropped.get("trace_error", 0))
     no_content = CounterMetricFamily("ragmon_traces_without_content", "Scored traces whose spans recorded no query or answer text.")
     no_content.add_metric([], stats.without_content)
-    yield from (queue, capacity, ignored, dropped, no_content)
+    yield from (queue, queue_bytes, capacity, ignored, dropped, no_content)

@@ -82,6 +82,8 @@ class Span:
     attributes: Attributes = field(default_factory=dict)
     events: tuple[SpanEvent, ...] = ()
     resource: Attributes = field(default_factory=dict)
+    size: int = 0
+    """Approximate bytes this span holds (its kept text plus a fixed overhead): memory bounds."""
 
     @property
     def has_remote_parent(self) -> bool:

@@ -33,6 +33,7 @@ class PipelineStats:
 
     queued_spans: int
     max_queued_spans: int
+    queued_bytes: int
     records: int
     ignored: int
     unlabelled: int
@@ -52,6 +53,7 @@ class Pipeline:
         metrics: RagMetrics,
         clock: Callable[[], float],
         max_queued_spans: int,
+        max_queued_bytes: int = 128 * 1024 * 1024,
         tick: float = 0.25,
     ) -> None:
         self._assembler = assembler
@@ -60,6 +62,8 @@ class Pipeline:
         self._metrics = metrics
         self._clock = clock
         self._max_queued = max_queued_spans
+        self._max_queued_bytes = max_queued_bytes
+        self._queued_bytes = 0
         self._tick = tick
         self._queue: asyncio.Queue[Sequence[Span]] = asyncio.Queue()
         self._queued = 0
@@ -78,10 +82,14 @@ class Pipeline:
         if not self._accepting:
             self.refusal = "shutting_down"
             return False
-        if self._queued + len(spans) > self._max_queued:
+        size = sum(span.size for span in spans)
+        if self._queued + len(spans) > self._max_queued or (
+            self._queued_bytes + size > self._max_queued_bytes and self._queued
+        ):
             self.refusal = "overloaded"
             return False
         self._queued += len(spans)
+        self._queued_bytes += size
         self._queue.put_nowait(spans)
         return True
 
@@ -115,6 +123,7 @@ class Pipeline:
 
     def _take(self, batch: Sequence[Span], now: float) -> None:
         self._queued -= len(batch)
+        self._queued_bytes -= sum(span.size for span in batch)
         if batch:
             self._assembler.add(batch, now)
 
@@ -148,6 +157,7 @@ class Pipeline:
         return PipelineStats(
             queued_spans=self._queued,
             max_queued_spans=self._max_queued,
+            queued_bytes=self._queued_bytes,
             records=self._records,
             ignored=self._ignored,
             unlabelled=self._unlabelled,

@@ -433,3 +433,17 @@ def test_every_span_is_returned_once_or_counted(
         assert tr.spans and all(sp.trace_id == tr.trace_id for sp in tr.spans)
         assert len({sp.span_id for sp in tr.spans}) == len(tr.spans)
         assert tr.root is None or tr.root in tr.spans
+
+
+def test_byte_bound_evicts_the_oldest_trace() -> None:
+    from dataclasses import replace
+
+    asm = TraceAssembler(grace=2.0, max_wait=60.0, max_pending=100, max_spans=100, max_bytes=2500)
+    asm.add([replace(span(1, 1), size=1000), replace(span(2, 1), size=1000)], now=0.0)
+    assert asm.stats().bytes_held == 2000 and asm.stats().traces_evicted == 0
+    asm.add([replace(span(3, 1), size=1000)], now=1.0)
+    stats = asm.stats()
+    assert stats.traces_evicted == 1 and stats.bytes_held == 2000
+    assert [t.trace_id for t in asm.expire(1.0)] == [tid(1)]
+    asm.drain()
+    assert asm.stats().bytes_held == 0

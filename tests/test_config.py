@@ -171,3 +171,14 @@ def test_check_config_unreadable_or_invalid_toml(tmp_path: Path, content: str | 
     result = ragmon("check-config", path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and str(path) in result.stderr
+
+
+def test_memory_bounds_are_configurable() -> None:
+    config = config_from_mapping({
+        "receiver": {"max_queued_bytes": 1024, "max_attribute_chars": 64},
+        "traces": {"max_bytes": 4096},
+    })
+    assert config.receiver.max_queued_bytes == 1024 and config.receiver.max_attribute_chars == 64
+    assert config.traces.max_bytes == 4096
+    with pytest.raises(ConfigError):
+        config_from_mapping({"traces": {"max_bytes": 0}})

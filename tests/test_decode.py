@@ -135,3 +135,19 @@ def test_all_zero_parent_id_means_no_parent(spans) -> None:  # type: ignore[no-u
     for s in data["resourceSpans"][0]["scopeSpans"][0]["spans"]:
         s["parentSpanId"] = "0" * 16
     assert all(s.parent_span_id == b"" for s in decode_json(json.dumps(data).encode(), SELECTION).spans)
+
+
+def test_long_strings_are_cut_and_counted_and_sized(spans) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    def build(tracer):  # type: ignore[no-untyped-def]
+        with tracer.start_as_current_span("r") as s:
+            s.set_attribute("openinference.span.kind", "RETRIEVER")
+            s.set_attribute("retrieval.documents.0.document.content", "x" * 5000)
+
+    small = replace(SELECTION, max_value_chars=100)
+    for decoded in (decode_protobuf(to_protobuf(record_spans(build)), small), decode_json(to_otlp_json(record_spans(build)), small)):
+        span = decoded.spans[0]
+        assert span.attributes["retrieval.documents.0.document.content"] == "x" * 100
+        assert decoded.truncated == 1
+        assert span.size >= 100 + len("retrieval.documents.0.document.content")

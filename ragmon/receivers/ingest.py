@@ -44,3 +44,4 @@ class IngestStats:
     spans_received: Counter[str] = field(default_factory=Counter)
     spans_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     requests_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
+    attributes_truncated: Counter[str] = field(default_factory=Counter)

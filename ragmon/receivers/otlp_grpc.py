@@ -61,6 +61,8 @@ def _handler(settings: ReceiverSettings, sink: SpanSink, stats: IngestStats) -> 
             stats.spans_rejected[(PROTOCOL, sink.refusal)] += len(decoded.spans)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "ragmon is overloaded; retry later", retry_metadata)
         stats.spans_received[PROTOCOL] += len(decoded.spans) + decoded.rejected
+        if decoded.truncated:
+            stats.attributes_truncated[PROTOCOL] += decoded.truncated
         response = ExportTraceServiceResponse()
         if decoded.rejected:
             for reason, n in decoded.reasons.items():

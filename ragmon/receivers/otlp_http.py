@@ -112,6 +112,8 @@ def add_routes(app: web.Application, settings: ReceiverSettings, sink: SpanSink,
             return _error(reply_type, 503, _GRPC_UNAVAILABLE, "ragmon is overloaded; retry later",
                           {"Retry-After": str(RETRY_AFTER_SECONDS)})
         stats.spans_received[PROTOCOL] += len(decoded.spans) + decoded.rejected
+        if decoded.truncated:
+            stats.attributes_truncated[PROTOCOL] += decoded.truncated
         response = ExportTraceServiceResponse()
         if decoded.rejected:
             for reason, n in decoded.reasons.items():
