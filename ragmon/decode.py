@@ -96,7 +96,7 @@ def _jsonable(value: AttrValue) -> Any:
     return value
 
 
-_SPAN_OVERHEAD = 512
+_SPAN_OVERHEAD = 1_400
 """Bytes counted for a span beyond its kept text (ids, timestamps, objects)."""
 
 
