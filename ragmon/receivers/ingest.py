@@ -7,10 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ragmon.decode import SpanSelection
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from ragmon.decode import Decoded, SpanSelection
 from ragmon.model import Span
 
-__all__ = ["SpanSink", "IngestStats", "ReceiverSettings"]
+__all__ = ["SpanSink", "IngestStats", "ReceiverSettings", "hand_over"]
 
 
 class SpanSink(Protocol):
@@ -45,3 +47,22 @@ class IngestStats:
     spans_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     requests_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     attributes_truncated: Counter[str] = field(default_factory=Counter)
+
+
+def hand_over(decoded: Decoded, sink: SpanSink, stats: IngestStats, protocol: str) -> ExportTraceServiceResponse | None:
+    """Offer decoded spans to the sink and count them; the OTLP response, or ``None`` when the
+    sink refused them (the receiver answers 503 / UNAVAILABLE and the exporter retries)."""
+    if decoded.spans and not sink.offer(decoded.spans):
+        # decoded, so countable: the spans are refused, not the body
+        stats.spans_rejected[(protocol, sink.refusal)] += len(decoded.spans)
+        return None
+    stats.spans_received[protocol] += len(decoded.spans) + decoded.rejected
+    if decoded.truncated:
+        stats.attributes_truncated[protocol] += decoded.truncated
+    response = ExportTraceServiceResponse()
+    if decoded.rejected:
+        for reason, n in decoded.reasons.items():
+            stats.spans_rejected[(protocol, reason)] += n
+        response.partial_success.rejected_spans = decoded.rejected
+        response.partial_success.error_message = f"{decoded.rejected} span(s) rejected: {decoded.reason}"
+    return response

@@ -16,10 +16,9 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ragmon.decode import DecodeError, decode_protobuf
-from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink
+from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink, hand_over
 from ragmon.receivers.otlp_http import RETRY_AFTER_SECONDS
 
 __all__ = ["PROTOCOL", "SERVICE", "start"]
@@ -57,18 +56,10 @@ def _handler(settings: ReceiverSettings, sink: SpanSink, stats: IngestStats) -> 
         except DecodeError as exc:
             reject("decode")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        if decoded.spans and not sink.offer(decoded.spans):
-            stats.spans_rejected[(PROTOCOL, sink.refusal)] += len(decoded.spans)
+        response = hand_over(decoded, sink, stats, PROTOCOL)
+        if response is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "ragmon is overloaded; retry later", retry_metadata)
-        stats.spans_received[PROTOCOL] += len(decoded.spans) + decoded.rejected
-        if decoded.truncated:
-            stats.attributes_truncated[PROTOCOL] += decoded.truncated
-        response = ExportTraceServiceResponse()
-        if decoded.rejected:
-            for reason, n in decoded.reasons.items():
-                stats.spans_rejected[(PROTOCOL, reason)] += n
-            response.partial_success.rejected_spans = decoded.rejected
-            response.partial_success.error_message = f"{decoded.rejected} span(s) rejected: {decoded.reason}"
+            return b""  # not reached: abort raises
         return bytes(response.SerializeToString())
 
     method = grpc.unary_unary_rpc_method_handler(export)  # bytes in, bytes out

@@ -18,7 +18,7 @@ from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from ragmon.decode import DecodeError, Decoded, decode_json, decode_protobuf
-from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink
+from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink, hand_over
 
 __all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "add_routes", "start"]
 
@@ -106,20 +106,10 @@ def add_routes(app: web.Application, settings: ReceiverSettings, sink: SpanSink,
         except DecodeError as exc:
             reject("decode")
             return _error(reply_type, 400, _GRPC_INVALID_ARGUMENT, str(exc))
-        if decoded.spans and not sink.offer(decoded.spans):
-            # decoded, so countable: the spans are refused (the exporter retries them), not the body
-            stats.spans_rejected[(PROTOCOL, sink.refusal)] += len(decoded.spans)
+        response = hand_over(decoded, sink, stats, PROTOCOL)
+        if response is None:
             return _error(reply_type, 503, _GRPC_UNAVAILABLE, "ragmon is overloaded; retry later",
                           {"Retry-After": str(RETRY_AFTER_SECONDS)})
-        stats.spans_received[PROTOCOL] += len(decoded.spans) + decoded.rejected
-        if decoded.truncated:
-            stats.attributes_truncated[PROTOCOL] += decoded.truncated
-        response = ExportTraceServiceResponse()
-        if decoded.rejected:
-            for reason, n in decoded.reasons.items():
-                stats.spans_rejected[(PROTOCOL, reason)] += n
-            response.partial_success.rejected_spans = decoded.rejected
-            response.partial_success.error_message = f"{decoded.rejected} span(s) rejected: {decoded.reason}"
         return _reply(reply_type, 200, response)
 
     app.router.add_post("/v1/traces", export)
