@@ -1,7 +1,8 @@
 """OTLP trace export bodies (protobuf or JSON) -> ``Span`` values. Pure: no I/O, no clock.
 
-Only what ragmon reads is materialized: each attribute key is tested against an
-``AttributeFilter`` and only wanted values are converted; events are kept by name. A span
+Only what ragmon reads is materialized: protobuf bodies are parsed with
+``ragmon.otlp_wire.TraceRequest`` (attributes as C-level maps), each attribute key is tested
+against an ``AttributeFilter`` and only wanted values are converted; events are kept by name. A span
 with a malformed trace or span id is rejected and counted (OTLP partial success); a body
 that cannot be parsed at all raises ``DecodeError`` (HTTP 400 / gRPC INVALID_ARGUMENT).
 """
@@ -17,11 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtobufDecodeError
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from ragmon.errors import RagmonError
 from ragmon.model import AttributeFilter, AttrValue, Span, SpanEvent
+from ragmon.otlp_wire import TraceRequest
 
 __all__ = ["DecodeError", "Decoded", "SpanSelection", "decode_protobuf", "decode_json", "count_spans"]
 
@@ -69,23 +69,17 @@ class Decoded:
 # -- protobuf ---------------------------------------------------------------------------------
 
 
-def _any_value(value: AnyValue) -> AttrValue:
+def _any_value(value: Any) -> AttrValue:
+    """An ``AnyValue`` as a Python value; a key-value list as a JSON object string."""
     kind = value.WhichOneof("value")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "int_value":
-        return value.int_value
-    if kind == "double_value":
-        return value.double_value
-    if kind == "bool_value":
-        return value.bool_value
+    if kind is None:
+        return None
     if kind == "array_value":
         return tuple(_any_value(v) for v in value.array_value.values)
-    if kind == "bytes_value":
-        return value.bytes_value
     if kind == "kvlist_value":
         return json.dumps({kv.key: _jsonable(_any_value(kv.value)) for kv in value.kvlist_value.values})
-    return None
+    scalar: str | int | float | bool | bytes = getattr(value, kind)
+    return scalar
 
 
 def _jsonable(value: AttrValue) -> Any:
@@ -100,14 +94,31 @@ _SPAN_OVERHEAD = 1_400
 """Bytes counted for a span beyond its kept text (ids, timestamps, objects)."""
 
 
-def _wanted(attributes: Iterable[KeyValue], wanted: AttributeFilter) -> dict[str, AttrValue]:
+_SCALAR_KINDS = frozenset({"int_value", "double_value", "bool_value", "bytes_value"})
+
+
+def _wanted(attributes: Any, wanted: AttributeFilter, limit: int, result: Decoded) -> tuple[dict[str, AttrValue], int]:
+    """The wanted entries of an attribute map, strings cut to ``limit`` characters (counted in
+    ``result.truncated``), and their size in bytes. Keys are iterated; only wanted values are
+    converted (strings, the common case, inline)."""
     keys, prefixes = wanted.keys, wanted.prefixes
     out: dict[str, AttrValue] = {}
-    for kv in attributes:
-        key = kv.key
+    size = 0
+    for key in attributes:
         if key in keys or key.startswith(prefixes):
-            out[key] = _any_value(kv.value)
-    return out
+            value = attributes[key]
+            kind = value.WhichOneof("value")
+            if kind == "string_value":
+                text: str = value.string_value
+                if len(text) > limit:
+                    text = text[:limit]
+                    result.truncated += 1
+                out[key] = text
+                size += len(key) + len(text)
+            else:
+                out[key] = getattr(value, kind) if kind in _SCALAR_KINDS else _any_value(value)
+                size += len(key) + 16
+    return out, size
 
 
 def _bound(attributes: dict[str, AttrValue], limit: int, result: Decoded) -> int:
@@ -124,13 +135,13 @@ def _bound(attributes: dict[str, AttrValue], limit: int, result: Decoded) -> int
     return size
 
 
-def _all(attributes: Iterable[KeyValue]) -> dict[str, AttrValue]:
+def _all(attributes: Iterable[Any]) -> dict[str, AttrValue]:
     return {kv.key: _any_value(kv.value) for kv in attributes}
 
 
 def decode_protobuf(body: bytes, selection: SpanSelection) -> Decoded:
     """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse."""
-    request = ExportTraceServiceRequest()
+    request = TraceRequest()
     try:
         request.ParseFromString(body)
     except (_ProtobufDecodeError, ValueError, RuntimeError) as exc:
@@ -138,18 +149,15 @@ def decode_protobuf(body: bytes, selection: SpanSelection) -> Decoded:
     return _from_message(request, selection)
 
 
-def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) -> Decoded:
+def _from_message(request: Any, selection: SpanSelection) -> Decoded:
     result = Decoded()
     spans = result.spans
     wanted_events = selection.events
+    limit = selection.max_value_chars
     for resource_spans in request.resource_spans:
         resource_attrs = resource_spans.resource.attributes
-        service = ""
-        for kv in resource_attrs:
-            if kv.key == _SERVICE_NAME:
-                service = kv.value.string_value
-                break
-        resource = _wanted(resource_attrs, selection.resource)
+        service = resource_attrs[_SERVICE_NAME].string_value if _SERVICE_NAME in resource_attrs else ""
+        resource, _ = _wanted(resource_attrs, selection.resource, selection.max_value_chars, result)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 trace_id, span_id = span.trace_id, span.span_id
@@ -172,8 +180,7 @@ def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) 
                         for e in span.events
                         if e.name in wanted_events
                     )
-                attributes = _wanted(span.attributes, selection.attributes)
-                size = _bound(attributes, selection.max_value_chars, result)
+                attributes, size = _wanted(span.attributes, selection.attributes, limit, result)
                 spans.append(
                     Span(
                         trace_id=trace_id,
@@ -189,7 +196,7 @@ def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) 
                         attributes=attributes,
                         events=events,
                         resource=resource,
-                        size=size,
+                        size=_SPAN_OVERHEAD + size,
                     )
                 )
     return result
@@ -197,7 +204,7 @@ def _from_message(request: ExportTraceServiceRequest, selection: SpanSelection) 
 
 def count_spans(body: bytes) -> int | None:
     """Number of spans in a protobuf body, or ``None`` if it does not parse (for reject counters)."""
-    request = ExportTraceServiceRequest()
+    request = TraceRequest()
     try:
         request.ParseFromString(body)
     except (_ProtobufDecodeError, ValueError, RuntimeError):
@@ -280,9 +287,10 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
     result = Decoded()
     for resource_spans in request.get("resourceSpans") or ():
         resource_attrs = (resource_spans.get("resource") or {}).get("attributes")
-        everything = _json_attrs(resource_attrs, None)
-        service = everything.get(_SERVICE_NAME)
-        resource = {k: v for k, v in everything.items() if selection.resource.wants(k)}
+        resource = _json_attrs(resource_attrs, selection.resource)
+        service = next(
+            (kv.get("value") or {} for kv in resource_attrs or () if kv.get("key") == _SERVICE_NAME), {}
+        ).get("stringValue", "")
         for scope_spans in resource_spans.get("scopeSpans") or ():
             for span in scope_spans.get("spans") or ():
                 trace_id = _json_id(span.get("traceId"), 16)
@@ -317,7 +325,7 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection) -> Decoded:
                             flags=int(span.get("flags") or 0),
                             kind=_json_kind(span.get("kind")),
                             error=status.get("code") in (_STATUS_ERROR, "STATUS_CODE_ERROR"),
-                            service=service if isinstance(service, str) else "",
+                            service=str(service),
                             attributes=attributes,
                             events=events,
                             resource=resource,

@@ -151,3 +151,102 @@ def test_long_strings_are_cut_and_counted_and_sized(spans) -> None:  # type: ign
         assert span.attributes["retrieval.documents.0.document.content"] == "x" * 100
         assert decoded.truncated == 1
         assert span.size >= 100 + len("retrieval.documents.0.document.content")
+
+
+# -- the lean wire classes read what the official classes read ---------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
+
+from ragmon.otlp_wire import TraceRequest  # noqa: E402
+
+_KEYS = st.sampled_from(["openinference.span.kind", "retrieval.documents.0.document.id", "ragmon.x", "http.route", "db.system", "ragmon.variant", "service.name"])
+_SCALARS = st.one_of(
+    st.builds(lambda v: AnyValue(string_value=v), st.text(max_size=20)),
+    st.builds(lambda v: AnyValue(int_value=v), st.integers(-(2**63), 2**63 - 1)),
+    st.builds(lambda v: AnyValue(double_value=v), st.floats(allow_nan=False)),
+    st.builds(lambda v: AnyValue(bool_value=v), st.booleans()),
+    st.builds(lambda v: AnyValue(bytes_value=v), st.binary(max_size=8)),
+    st.just(AnyValue()),
+)
+
+
+def _array(values: list[AnyValue]) -> AnyValue:
+    value = AnyValue()
+    value.array_value.values.extend(values)
+    return value
+
+
+def _kvlist(pairs: list[tuple[str, AnyValue]]) -> AnyValue:
+    value = AnyValue()
+    value.kvlist_value.values.extend(KeyValue(key=k, value=v) for k, v in pairs)
+    return value
+
+
+_VALUES = st.one_of(_SCALARS, st.builds(_array, st.lists(_SCALARS, max_size=3)), st.builds(_kvlist, st.lists(st.tuples(st.text(max_size=5), _SCALARS), max_size=3)))
+_ATTRIBUTES = st.dictionaries(_KEYS, _VALUES, max_size=6)
+
+
+@st.composite
+def _requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    for _ in range(draw(st.integers(1, 2))):
+        resource_spans = request.resource_spans.add()
+        for key, value in draw(_ATTRIBUTES).items():
+            resource_spans.resource.attributes.add(key=key, value=value)
+        resource_spans.resource.dropped_attributes_count = 3  # not declared by the lean classes
+        scope_spans = resource_spans.scope_spans.add()
+        scope_spans.scope.name = "lib"
+        for _ in range(draw(st.integers(0, 3))):
+            span = scope_spans.spans.add(
+                trace_id=draw(st.sampled_from([bytes(range(1, 17)), b"\x01" * 16, b"", b"\x02"])),
+                span_id=draw(st.sampled_from([bytes(range(1, 9)), b"\x03" * 8, bytes(8)])),
+                parent_span_id=draw(st.sampled_from([b"", bytes(8), b"\x04" * 8, b"\x05"])),
+                name=draw(st.text(max_size=8)),
+                kind=draw(st.integers(0, 5)),
+                start_time_unix_nano=draw(st.integers(0, 2**64 - 1)),
+                end_time_unix_nano=draw(st.integers(0, 2**64 - 1)),
+                flags=draw(st.integers(0, 2**32 - 1)),
+                trace_state="k=v",
+            )
+            for key, value in draw(_ATTRIBUTES).items():
+                span.attributes.add(key=key, value=value)
+            span.status.code = draw(st.integers(0, 2))
+            for name in draw(st.lists(st.sampled_from(["gen_ai.evaluation.result", "exception"]), max_size=2)):
+                event = span.events.add(name=name, time_unix_nano=7)
+                for key, value in draw(_ATTRIBUTES).items():
+                    event.attributes.add(key=key, value=value)
+            span.links.add(trace_id=b"\x09" * 16, span_id=b"\x09" * 8)
+    return request
+
+
+@settings(max_examples=150, deadline=None)
+@given(_requests())
+def test_lean_decode_equals_decode_through_the_official_classes(request: ExportTraceServiceRequest) -> None:
+    """Same spans, attributes, events and rejects as the official classes read through JSON
+    (an independent path: OTLP/JSON made by protobuf's own json_format)."""
+    from google.protobuf import json_format
+
+    body = request.SerializeToString()
+    as_json = json_format.MessageToJson(request).encode()
+    lean, reference = decode_protobuf(body, SELECTION), decode_json(as_json, SELECTION)
+    assert lean.rejected == reference.rejected and lean.reasons == reference.reasons
+    assert len(lean.spans) == len(reference.spans)
+    for got, want in zip(lean.spans, reference.spans, strict=True):
+        assert (got.trace_id, got.span_id, got.parent_span_id, got.name) == (want.trace_id, want.span_id, want.parent_span_id, want.name)
+        assert (got.start_ns, got.end_ns, got.flags, got.kind, got.error) == (want.start_ns, want.end_ns, want.flags, want.kind, want.error)
+        assert got.attributes == want.attributes and got.resource == want.resource and got.service == want.service
+        assert got.events == want.events
+    assert count_spans(body) == sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+def test_lean_classes_parse_what_the_official_ones_write() -> None:
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, kind=3, flags=0x301)
+    span.attributes.add(key="a", value=AnyValue(string_value="first"))
+    span.attributes.add(key="a", value=AnyValue(string_value="last"))  # OTLP forbids repeats; last wins
+    lean = TraceRequest.FromString(request.SerializeToString())
+    got = lean.resource_spans[0].scope_spans[0].spans[0]
+    assert (got.trace_id, got.kind, got.flags) == (b"\x01" * 16, 3, 0x301)
+    assert dict((k, v.string_value) for k, v in got.attributes.items()) == {"a": "last"}
