@@ -143,6 +143,21 @@ class JudgeConfig:
     timeout: str = "30s"
     enabled: bool | None = None
     """``None``: on when an OpenAI key or base URL is set (config or environment)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the endpoint's key (never the key itself in the file)."""
+    evaluators: tuple[str, ...] = ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness")
+    max_retries: int = 2
+    """Retries of a call answered 429/5xx or cut off, with jittered exponential backoff."""
+    max_queue: int = 1000
+    """Sampled traces waiting for a judge slot; past it they are dropped (counted)."""
+    cache_size: int = 10000
+    """Judgements remembered by (query, answer, contexts): identical ones are not judged twice."""
+    redact: tuple[str, ...] = ()
+    """Regular expressions; every match is replaced by ``[REDACTED]`` before text leaves."""
+    send_documents: bool = True
+    """False: document content is never sent (faithfulness and context relevance are off)."""
+    export_endpoint: str = ""
+    """OTLP/HTTP base URL to send ``gen_ai.evaluation.result`` events to; empty: off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +219,12 @@ _DURATIONS = {
     "traces.grace", "traces.max_wait", "judge.timeout", "probe.interval", "probe.timeout",
     "feedback.retention",
 }
+_EVALUATORS = ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness")
 _LISTENS = {"receiver.http", "receiver.grpc", "metrics.listen"}
 _POSITIVE_INTS = {
     "receiver.max_body_bytes", "receiver.max_queued_spans", "receiver.max_queued_bytes",
     "receiver.max_attribute_chars", "traces.max_bytes", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
-    "judge.concurrency", "probe.concurrency", "feedback.max_traces",
+    "judge.concurrency", "probe.concurrency", "feedback.max_traces", "judge.max_queue", "judge.cache_size",
 }
 
 
@@ -278,6 +294,20 @@ def _check_value(key: str, value: Any, default: Any, problems: list[str]) -> Any
                 check_document_id_place(place)
         elif key == "scoring.variant_attribute" and not value:
             raise ValueError("must name an attribute")
+        elif key == "judge.max_retries" and value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        elif key == "judge.evaluators":
+            unknown = sorted(set(value) - set(_EVALUATORS))
+            if unknown:
+                raise ValueError(f"unknown evaluator(s) {unknown}; known: {list(_EVALUATORS)}")
+        elif key == "judge.redact":
+            for pattern in value:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+        elif key == "judge.export_endpoint" and value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
         elif key == "judge.sample_rate" and not 0.0 <= value <= 1.0:
             raise ValueError(f"must be between 0 and 1, got {value}")
         elif (key in ("judge.max_per_minute", "judge.max_usd_per_hour") or key.startswith("pricing.")) and value < 0:

@@ -16,7 +16,10 @@ from ragmon.model import RagRecord
 from ragmon.relevance import Qrels
 from ragmon.pricing import PriceSource, Pricer
 
-__all__ = ["RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_record", "final_ranking"]
+__all__ = [
+    "RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_judged_retrieval", "score_record",
+    "final_ranking",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,33 @@ def score_retrieval(ranking: Sequence[str], grades: dict[str, int] | dict[str, f
         recall={k: v[1] for k, v in per_k.items()},
         precision={k: v[2] for k, v in per_k.items()},
         ndcg={k: v[3] for k, v in per_k.items()},
+    )
+
+
+def score_judged_retrieval(ranking: Sequence[str], relevant_ids: Sequence[str], ks: Sequence[int]) -> RetrievalScore:
+    """Score a ranking against the judge's per-document verdicts (source ``judge``).
+
+    The judge saw every retrieved document, so an empty ``relevant_ids`` is a judged miss
+    (reciprocal rank, hit rate and precision 0), not "unlabelled" as for human labels. Recall
+    and NDCG need every relevant document of the corpus and are left empty for this source.
+    """
+    relevant = set(relevant_ids)
+    seen = retrieval.dedupe(ranking)
+    flags = [doc in relevant for doc in seen]
+    first = next((i for i, f in enumerate(flags) if f), None)
+    hit: dict[int, float] = {}
+    precision: dict[int, float] = {}
+    for k in ks:
+        found = sum(flags[:k])
+        hit[k] = 1.0 if found else 0.0
+        precision[k] = found / k
+    return RetrievalScore(
+        source="judge",
+        reciprocal_rank=0.0 if first is None else 1.0 / (first + 1),
+        hit=hit,
+        recall={},
+        precision=precision,
+        ndcg={},
     )
 
 

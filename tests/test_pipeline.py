@@ -58,3 +58,18 @@ def test_no_offers_after_shutdown() -> None:
     asyncio.run(_shutdown(pipeline))
     assert not pipeline.offer([_span(1, 1)])
     assert pipeline.refusal == "shutting_down"
+
+
+def test_judged_retrieval_matches_the_metric_core_and_scores_a_judged_miss_zero() -> None:
+    from ragmon.metrics import retrieval
+    from ragmon.scoring import score_judged_retrieval
+
+    ranking = ["a", "b", "a", "c", "d"]
+    score = score_judged_retrieval(ranking, ["c", "x"], [1, 3, 5])
+    for k in (1, 3, 5):
+        assert score.hit[k] == retrieval.hit_at_k(ranking, {"c"}, k)
+        assert score.precision[k] == retrieval.precision_at_k(ranking, {"c"}, k)
+    assert score.reciprocal_rank == retrieval.reciprocal_rank(ranking, {"c"}) == 1 / 3  # duplicates count once
+    assert score.source == "judge" and score.recall == {} and score.ndcg == {}
+    miss = score_judged_retrieval(ranking, [], [1, 3])
+    assert miss.reciprocal_rank == 0.0 and miss.hit == {1: 0.0, 3: 0.0} and miss.precision == {1: 0.0, 3: 0.0}
