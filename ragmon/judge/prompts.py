@@ -91,7 +91,10 @@ def applicable_evaluators(
     """The requested evaluators that ``record`` has the content for, in canonical order.
 
     faithfulness: an answer; answer_relevance: query and answer; context_relevance: a query
-    and at least one document; answer_correctness: answer and reference answer.
+    and at least one document; answer_correctness: answer and reference answer. Faithfulness
+    and context relevance also need the content of every document: a document whose content
+    is ``None`` (not recorded, or withheld by ``judge.send_documents = false``) would be judged
+    as if empty, turning supported claims and relevant documents into false negatives.
     """
     docs = _documents(record) if documents is None else documents
     wanted = set(requested)
@@ -100,10 +103,11 @@ def applicable_evaluators(
         raise ValueError(f"unknown evaluator(s): {sorted(unknown)}")
     has_answer = bool(record.answer and record.answer.strip())
     has_query = bool(record.query and record.query.strip())
+    has_contents = all(d.content is not None for d in docs)
     ok: dict[Evaluator, bool] = {
-        "faithfulness": has_answer,
+        "faithfulness": has_answer and has_contents,
         "answer_relevance": has_answer and has_query,
-        "context_relevance": has_query and len(docs) > 0,
+        "context_relevance": has_query and len(docs) > 0 and has_contents,
         "answer_correctness": has_answer and bool(record.reference_answer and record.reference_answer.strip()),
     }
     return tuple(e for e in EVALUATORS if e in wanted and ok[e])

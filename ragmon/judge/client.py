@@ -1,0 +1,220 @@
+"""The judge endpoint: any OpenAI-compatible chat API through the ``openai`` async client.
+
+One ``complete`` call is one HTTP request (the ``openai`` client's own retries are off; the
+runner retries). Structured output (``response_format`` with a strict JSON schema) is used
+until the server rejects it; from then on the client sends ``fallback_messages`` (JSON-only
+instructions) without ``response_format``. Failures are translated at this boundary:
+
+- ``JudgeRetryableError``: 429, 5xx, a refused or dropped connection;
+- ``JudgeTimeoutError``: no answer within the timeout;
+- ``JudgePermanentError``: any other 4xx, or anything else the server or client did wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.shared_params import ResponseFormatJSONSchema
+
+from ragmon.config import JudgeConfig
+from ragmon.errors import RagmonError
+from ragmon.judge.prompts import JudgeRequest
+
+__all__ = [
+    "Completion",
+    "JudgeCallError",
+    "JudgeClient",
+    "JudgeEndpoint",
+    "JudgePermanentError",
+    "JudgeRetryableError",
+    "JudgeTimeoutError",
+    "PLACEHOLDER_KEY",
+    "endpoint_from_config",
+]
+
+_log = logging.getLogger(__name__)
+
+PLACEHOLDER_KEY: Final = "ragmon-no-key"
+"""Sent as the key to a configured ``base_url`` when no key is set (local servers need none)."""
+
+_UNSUPPORTED = re.compile(r"response_format|json_schema|structured.output|guided", re.IGNORECASE)
+
+
+class JudgeCallError(RagmonError):
+    """A judge call failed; ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class JudgeRetryableError(JudgeCallError):
+    """The endpoint is overloaded or unreachable (429, 5xx, connection): worth retrying."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, status)
+        self.retry_after = retry_after
+
+
+class JudgeTimeoutError(JudgeCallError):
+    """No answer within the timeout."""
+
+
+class JudgePermanentError(JudgeCallError):
+    """The request was refused (4xx other than 429) or the reply was unusable: do not retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeEndpoint:
+    """Where the judge calls: ``base_url`` (``None``: OpenAI's) and the key (never printed)."""
+
+    base_url: str | None
+    api_key: str = field(repr=False)
+
+
+def endpoint_from_config(config: JudgeConfig, environ: Mapping[str, str]) -> JudgeEndpoint | None:
+    """The endpoint ``[judge]`` describes, or ``None`` when the judge is off.
+
+    ``base_url``: the config's, else ``OPENAI_BASE_URL``. Key: ``environ[config.api_key_env]``.
+    ``enabled`` True/False forces the judge on/off; ``None`` turns it on iff a key or a base URL
+    is set. A base URL without a key gets ``PLACEHOLDER_KEY`` (local servers need none).
+    """
+    if config.enabled is False:
+        return None
+    base_url = config.base_url.strip() or environ.get("OPENAI_BASE_URL", "").strip() or None
+    key = environ.get(config.api_key_env, "").strip() or None
+    if config.enabled is None and key is None and base_url is None:
+        return None
+    return JudgeEndpoint(base_url, key or PLACEHOLDER_KEY)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The judge's reply text and its token usage (0 when the server reports none)."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    model: str
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after-ms")
+    scale = 0.001
+    if value is None:
+        value, scale = headers.get("retry-after"), 1.0
+    try:
+        seconds = float(value) * scale if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: ignored, our own backoff applies
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+
+
+def _rejects_structured_output(exc: openai.APIStatusError, first: bool) -> bool:
+    if exc.status_code not in (400, 422):
+        return False
+    detail = f"{exc.message} {exc.body!r}"
+    return bool(_UNSUPPORTED.search(detail)) or (first and exc.status_code == 400)
+
+
+def _translate(exc: openai.OpenAIError) -> JudgeCallError:
+    """The ``openai`` exception as one of ours."""
+    if isinstance(exc, openai.APITimeoutError):
+        return JudgeTimeoutError("judge call timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return JudgeRetryableError(f"judge connection failed: {exc.__cause__ or exc}")
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message = f"judge endpoint answered {status}: {exc.message}"[:500]
+        if status == 429 or status >= 500:
+            return JudgeRetryableError(message, status, _retry_after(exc.response.headers))
+        return JudgePermanentError(message, status)
+    return JudgePermanentError(f"judge call failed: {type(exc).__name__}: {exc}"[:500])
+
+
+def _usage(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+class JudgeClient:
+    """Calls one model on one endpoint; see the module docstring. Close with ``aclose``."""
+
+    def __init__(self, endpoint: JudgeEndpoint, model: str, timeout: float) -> None:
+        self.model = model
+        self.timeout = timeout
+        self._client = openai.AsyncOpenAI(
+            base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=timeout
+        )
+        self._structured = True
+        self._structured_worked = False
+
+    @property
+    def structured(self) -> bool:
+        """Whether calls still send ``response_format`` (False once the server rejected it)."""
+        return self._structured
+
+    async def complete(self, request: JudgeRequest) -> Completion:
+        """One call at ``temperature=0``; raises a ``JudgeCallError`` subclass on failure.
+
+        A server that rejects ``response_format`` (a 400/422 naming it, or any 400 before a
+        structured call ever succeeded) switches this client to the fallback for good, and the
+        call is repeated once at once without it.
+        """
+        if self._structured:
+            try:
+                completion = await self._create(request, structured=True)
+            except openai.APIStatusError as exc:
+                if not _rejects_structured_output(exc, first=not self._structured_worked):
+                    raise _translate(exc) from exc
+                if self._structured:
+                    _log.warning("judge endpoint rejected response_format (%s); using JSON instructions", exc.status_code)
+                self._structured = False
+            except openai.OpenAIError as exc:
+                raise _translate(exc) from exc
+            else:
+                self._structured_worked = True
+                return completion
+        try:
+            return await self._create(request, structured=False)
+        except openai.OpenAIError as exc:
+            raise _translate(exc) from exc
+
+    async def _create(self, request: JudgeRequest, structured: bool) -> Completion:
+        messages = cast("list[ChatCompletionMessageParam]", [dict(m) for m in (
+            request.messages if structured else request.fallback_messages
+        )])
+        try:
+            if structured:
+                response_format = cast("ResponseFormatJSONSchema", request.response_format)
+                response = await self._client.chat.completions.create(
+                    model=self.model, messages=messages, response_format=response_format, temperature=0
+                )
+            else:
+                response = await self._client.chat.completions.create(
+                    model=self.model, messages=messages, temperature=0
+                )
+        except openai.OpenAIError:
+            raise
+        except ValueError as exc:  # a 200 whose body is not JSON
+            raise JudgePermanentError(f"judge reply is not JSON: {exc}"[:500]) from exc
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise JudgePermanentError("judge reply has no choices")
+        content = getattr(choices[0].message, "content", None)
+        usage = getattr(response, "usage", None)
+        return Completion(
+            text=content if isinstance(content, str) else "",
+            input_tokens=_usage(getattr(usage, "prompt_tokens", 0)),
+            output_tokens=_usage(getattr(usage, "completion_tokens", 0)),
+            model=response.model if isinstance(response.model, str) and response.model else self.model,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._client.close()

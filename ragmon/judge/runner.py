@@ -1,0 +1,388 @@
+"""The judge at run time (SPEC §7): admission, a bounded queue, workers, breaker, cache.
+
+``submit`` is synchronous and never waits: it picks the applicable evaluators, applies the
+trace-id sample, answers from the cache, applies the per-minute cap and USD budget, and queues
+the record (or drops it when the queue is full). ``concurrency`` worker tasks take records off
+the queue and call the endpoint: one request per trace covering all its evaluators, with a
+fresh nonce, a timeout per attempt, and up to ``max_retries`` retries of retryable failures
+and timeouts after full-jitter backoff. The judge's own tokens are priced like any model call
+and count against the USD budget.
+
+Outcomes, counted per evaluator of the request (``stats().counts``):
+
+- ``ok``: parsed and scored; ``skipped_rate`` / ``skipped_budget``: not admitted;
+- ``dropped``: the queue was full, or the record was still queued (or in flight and cut off)
+  at ``stop``;
+- ``timeout``: the last attempt timed out; ``error``: the endpoint failed (status,
+  connection), refused the request, or the circuit breaker was open so no call was made;
+- ``invalid``: the reply was not a verdict of the requested shape (never a score).
+
+Cache hits are counted apart (``stats().cache_hits``), not as ``ok``. ``on_result`` is called
+for every record a worker finished, whatever the outcome (``Judgement.scores`` is set only for
+``ok``), and for cache hits (``cached=True``, no tokens); an exception in it is logged.
+
+The breaker hears of endpoint health only: failed and timed-out attempts are failures; any
+reply, valid or not, is a success (content under evaluation must not be able to open it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+import secrets
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Final, Literal, Protocol, TypeAlias, cast
+
+from ragmon.config import JudgeConfig, parse_duration
+from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
+from ragmon.judge.client import (
+    Completion,
+    JudgeCallError,
+    JudgeRetryableError,
+    JudgeTimeoutError,
+)
+from ragmon.judge.evaluators import Invalid, JudgeScores, parse_verdict, score_verdicts
+from ragmon.judge.prompts import EVALUATORS, Evaluator, JudgeRequest, applicable_evaluators, build_judge_request
+from ragmon.judge.redact import Redactor
+from ragmon.judge.sampling import Decision, JudgeAdmission, sampled
+from ragmon.model import RagRecord
+from ragmon.pricing import Pricer
+
+__all__ = [
+    "OUTCOMES",
+    "CompletionClient",
+    "Judge",
+    "JudgeStats",
+    "Judgement",
+    "Outcome",
+    "SubmitResult",
+]
+
+_log = logging.getLogger(__name__)
+
+Outcome: TypeAlias = Literal["ok", "error", "timeout", "invalid", "skipped_rate", "skipped_budget", "dropped"]
+OUTCOMES: Final[tuple[Outcome, ...]] = (
+    "ok", "error", "timeout", "invalid", "skipped_rate", "skipped_budget", "dropped",
+)
+SubmitResult: TypeAlias = Literal["not_applicable", "skipped_rate", "skipped_budget", "cached", "dropped", "queued"]
+_DOCUMENT_EVALUATORS: Final = frozenset({"faithfulness", "context_relevance"})
+
+
+class CompletionClient(Protocol):
+    """What the judge needs of an endpoint client (``JudgeClient`` is one)."""
+
+    async def complete(self, request: JudgeRequest) -> Completion:
+        """One call; raises ``JudgeCallError`` subclasses."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """The result of judging one record; ``scores`` only when ``outcome`` is ``ok``.
+
+    Tokens and ``cost_usd`` are the judge's own (0 for a cache hit; ``cost_usd`` ``None`` when
+    the judge model is unpriced).
+    """
+
+    evaluators: tuple[Evaluator, ...]
+    outcome: Outcome
+    scores: JudgeScores | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    model: str
+    cached: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeStats:
+    """A snapshot of the judge's counters and state."""
+
+    counts: Mapping[tuple[str, str], int]
+    """(evaluator, outcome) -> records."""
+    cost_usd: float
+    unpriced_tokens: int
+    queue_depth: int
+    in_flight: int
+    breaker: BreakerState
+    cache_hits: int
+    cache_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    record: RagRecord
+    redacted: RagRecord
+    evaluators: tuple[Evaluator, ...]
+    key: str
+
+
+def _cache_key(record: RagRecord, evaluators: tuple[Evaluator, ...]) -> str:
+    """sha256 over evaluators, query, answer, reference answer and (id, content) of each context."""
+    docs = record.reranked if record.reranked is not None else record.retrieved
+    payload = [
+        list(evaluators), record.query, record.answer, record.reference_answer,
+        [[d.id, d.content] for d in docs],
+    ]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Judge:
+    """Runs the LLM judge; see the module docstring. ``start`` before use, ``stop`` at the end.
+
+    ``clock`` is monotonic seconds (breaker, budget windows); ``rng`` drives backoff jitter.
+    ``breaker``, ``backoff_base`` and ``backoff_cap`` (seconds) may be given for tuning/tests.
+    """
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        client: CompletionClient,
+        pricer: Pricer,
+        clock: Callable[[], float],
+        on_result: Callable[[RagRecord, Judgement], None],
+        rng: random.Random | None = None,
+        *,
+        breaker: CircuitBreaker | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 10.0,
+    ) -> None:
+        self._evaluators = tuple(
+            e for e in _evaluators_from_config(config.evaluators)
+            if config.send_documents or e not in _DOCUMENT_EVALUATORS
+        )
+        self._config = config
+        self._client = client
+        self._pricer = pricer
+        self._clock = clock
+        self._on_result = on_result
+        self._rng = rng or random.Random()
+        self._timeout = parse_duration(config.timeout)
+        self._admission = JudgeAdmission.from_config(config)
+        self._breaker = breaker or CircuitBreaker()
+        self._backoff = (backoff_base, backoff_cap)
+        self._redactor = Redactor.from_patterns(config.redact, config.send_documents)
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue(config.max_queue)
+        self._cache: OrderedDict[str, Judgement] = OrderedDict()
+        self._counts: dict[tuple[str, str], int] = {}
+        self._cost = 0.0
+        self._unpriced_tokens = 0
+        self._cache_hits = 0
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._workers: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    # -- submission (synchronous) ------------------------------------------------------------
+
+    def submit(self, record: RagRecord, now: float, probe: bool = False) -> SubmitResult:
+        """Offer one record; never blocks. Returns what happened to it (see the module doc)."""
+        evaluators = applicable_evaluators(record, self._evaluators)
+        if not evaluators:
+            return "not_applicable"
+        if not probe and not sampled(record.trace_id, self._admission.sample_rate):
+            self._count(evaluators, "skipped_rate")
+            return "skipped_rate"
+        if self._closed:
+            self._count(evaluators, "dropped")
+            return "dropped"
+        redacted = self._redactor.redact_record(record)
+        key = _cache_key(redacted, evaluators)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            self._cache_hits += 1
+            self._deliver(record, hit)
+            return "cached"
+        decision = self._admission.decide(record.trace_id, now, probe)
+        if decision is not Decision.ADMIT:
+            outcome = cast(Outcome, decision.value)
+            self._count(evaluators, outcome)
+            return cast(SubmitResult, outcome)
+        try:
+            self._queue.put_nowait(_Item(record, redacted, evaluators, key))
+        except asyncio.QueueFull:
+            self._count(evaluators, "dropped")
+            return "dropped"
+        return "queued"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the ``concurrency`` workers (once; not after ``stop``)."""
+        if not self._workers and not self._closed:
+            self._workers = [
+                asyncio.create_task(self._work(), name=f"ragmon-judge-{i}") for i in range(self._config.concurrency)
+            ]
+
+    async def join(self) -> None:
+        """Wait until every record queued so far has been judged (batch runs, tests)."""
+        await self._queue.join()
+
+    async def stop(self, timeout: float) -> None:
+        """Stop accepting, drop what is queued, let calls in flight finish for up to ``timeout``
+        seconds, then cancel them (counted ``dropped``) and close the client."""
+        if self._closed:
+            return
+        self._closed = True
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            self._queue.task_done()
+            self._count(item.evaluators, "dropped")
+        try:
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._idle.wait()
+        except TimeoutError:
+            _log.warning("judge stop: cancelling %d call(s) in flight", self._in_flight)
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+        await self._client.aclose()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def stats(self) -> JudgeStats:
+        """An immutable snapshot of counters and state."""
+        return JudgeStats(
+            counts=MappingProxyType(dict(self._counts)),
+            cost_usd=self._cost,
+            unpriced_tokens=self._unpriced_tokens,
+            queue_depth=self._queue.qsize(),
+            in_flight=self._in_flight,
+            breaker=self._breaker.state,
+            cache_hits=self._cache_hits,
+            cache_size=len(self._cache),
+        )
+
+    # -- workers -------------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            item = await self._queue.get()
+            self._in_flight += 1
+            self._idle.clear()
+            try:
+                judgement = await self._judge(item)
+            except asyncio.CancelledError:
+                self._count(item.evaluators, "dropped")
+                raise
+            except Exception:  # a bug must not kill the worker
+                _log.exception("judge worker failed on one record")
+                judgement = self._failed(item, "error")
+            finally:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._idle.set()
+                self._queue.task_done()
+            self._count(item.evaluators, judgement.outcome)
+            if judgement.outcome == "ok":
+                self._remember(item.key, judgement)
+            self._deliver(item.record, judgement)
+
+    async def _judge(self, item: _Item) -> Judgement:
+        request = build_judge_request(item.redacted, item.evaluators, secrets.token_hex(8))
+        if request is None:  # pragma: no cover - evaluators were checked on submit
+            return self._failed(item, "error")
+        completion = await self._call(request)
+        if isinstance(completion, str):
+            return self._failed(item, cast(Outcome, completion))
+        cost = self._charge(completion)
+        verdicts = parse_verdict(completion.text, request)
+        outcome: Outcome = "invalid" if isinstance(verdicts, Invalid) else "ok"
+        if isinstance(verdicts, Invalid):
+            _log.info("judge reply invalid: %s", verdicts.reason)
+        return Judgement(
+            evaluators=request.evaluators,
+            outcome=outcome,
+            scores=None if isinstance(verdicts, Invalid) else score_verdicts(verdicts, request),
+            input_tokens=completion.input_tokens,
+            output_tokens=completion.output_tokens,
+            cost_usd=cost,
+            model=completion.model,
+        )
+
+    async def _call(self, request: JudgeRequest) -> Completion | Literal["error", "timeout"]:
+        """The completion, or the outcome of the last failed attempt."""
+        base, cap = self._backoff
+        delays = backoff_delays(self._config.max_retries, base, cap, self._rng)
+        outcome: Literal["error", "timeout"] = "error"
+        for attempt in range(self._config.max_retries + 1):
+            if not self._breaker.allow(self._clock()):
+                return outcome
+            try:
+                async with asyncio.timeout(self._timeout):
+                    completion = await self._client.complete(request)
+            except (TimeoutError, JudgeTimeoutError):
+                self._breaker.failure(self._clock())
+                outcome = "timeout"
+            except JudgeRetryableError as exc:
+                self._breaker.failure(self._clock())
+                outcome = "error"
+                _log.debug("judge call failed (retryable): %s", exc)
+                if exc.retry_after is not None and attempt < len(delays):
+                    delays[attempt] = max(delays[attempt], min(exc.retry_after, cap))
+            except JudgeCallError as exc:
+                self._breaker.failure(self._clock())
+                _log.warning("judge call failed: %s", exc)
+                return "error"
+            else:
+                self._breaker.success(self._clock())
+                return completion
+            if attempt < len(delays):
+                await asyncio.sleep(delays[attempt])
+        return outcome
+
+    def _charge(self, completion: Completion) -> float | None:
+        """Price the judge's own tokens, add them to the budget and totals."""
+        price = self._pricer.price(completion.model, None, completion.input_tokens, completion.output_tokens)
+        if price.usd is None and completion.model != self._config.model:
+            price = self._pricer.price(self._config.model, None, completion.input_tokens, completion.output_tokens)
+        if price.usd is None:
+            self._unpriced_tokens += completion.input_tokens + completion.output_tokens
+            return None
+        self._cost += price.usd
+        self._admission.record_cost(price.usd, self._clock())
+        return price.usd
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _failed(self, item: _Item, outcome: Outcome) -> Judgement:
+        return Judgement(item.evaluators, outcome, None, 0, 0, None, self._config.model)
+
+    def _count(self, evaluators: tuple[Evaluator, ...], outcome: Outcome) -> None:
+        for evaluator in evaluators:
+            self._counts[(evaluator, outcome)] = self._counts.get((evaluator, outcome), 0) + 1
+
+    def _remember(self, key: str, judgement: Judgement) -> None:
+        if self._config.cache_size <= 0:
+            return
+        self._cache[key] = replace(judgement, cached=True, input_tokens=0, output_tokens=0, cost_usd=0.0)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._config.cache_size:
+            self._cache.popitem(last=False)
+
+    def _deliver(self, record: RagRecord, judgement: Judgement) -> None:
+        try:
+            self._on_result(record, judgement)
+        except Exception:
+            _log.exception("judge on_result callback failed")
+
+
+def _evaluators_from_config(names: tuple[str, ...]) -> tuple[Evaluator, ...]:
+    """``names`` as evaluators in canonical order; ``ValueError`` on an unknown one."""
+    unknown = sorted(set(names) - set(EVALUATORS))
+    if unknown:
+        raise ValueError(f"judge.evaluators: unknown evaluator(s) {unknown}; known: {list(EVALUATORS)}")
+    return tuple(e for e in EVALUATORS if e in names)

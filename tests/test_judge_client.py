@@ -1,0 +1,193 @@
+"""``ragmon.judge.client`` with the real ``openai`` client against the scripted server, and
+``endpoint_from_config``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from judge_server import (
+    JudgeServer,
+    delay,
+    drop,
+    judge_server_thread,
+    raw,
+    reject_response_format,
+    reply,
+    status,
+)
+from ragmon.config import JudgeConfig
+from ragmon.judge.client import (
+    PLACEHOLDER_KEY,
+    Completion,
+    JudgeClient,
+    JudgeEndpoint,
+    JudgePermanentError,
+    JudgeRetryableError,
+    JudgeTimeoutError,
+    endpoint_from_config,
+)
+from ragmon.judge.prompts import JudgeRequest, build_judge_request
+from ragmon.model import RagRecord, RetrievedDocument
+
+NONCE = "abcdef0123456789"
+
+
+def _request() -> JudgeRequest:
+    record = RagRecord(
+        b"\x01" * 16, "svc", "a", 0, 1, query="Capital of France?", answer="Paris.",
+        retrieved=(RetrievedDocument("d0", content="Paris is the capital of France."),),
+    )
+    request = build_judge_request(record, ("faithfulness", "answer_relevance"), NONCE)
+    assert request is not None
+    return request
+
+
+def _complete(server: JudgeServer, timeout: float = 2.0, calls: int = 1) -> list[Completion | Exception]:
+    """Run ``calls`` sequential completions with one client (own event loop) against ``server``."""
+
+    async def run() -> list[Completion | Exception]:
+        client = JudgeClient(JudgeEndpoint(server.base_url, "sk-test"), "judge-model", timeout)
+        out: list[Completion | Exception] = []
+        try:
+            for _ in range(calls):
+                try:
+                    out.append(await client.complete(_request()))
+                except Exception as exc:  # noqa: BLE001 - the test inspects it
+                    out.append(exc)
+        finally:
+            await client.aclose()
+        return out
+
+    return asyncio.run(run())
+
+
+# -- endpoint_from_config -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("enabled", "base_url", "environ", "expected"),
+    [
+        (None, "", {}, None),
+        (None, "", {"OPENAI_API_KEY": "sk-1"}, JudgeEndpoint(None, "sk-1")),
+        (None, "http://local:8000/v1", {}, JudgeEndpoint("http://local:8000/v1", PLACEHOLDER_KEY)),
+        (None, "", {"OPENAI_BASE_URL": "http://env/v1"}, JudgeEndpoint("http://env/v1", PLACEHOLDER_KEY)),
+        (None, "http://cfg/v1", {"OPENAI_BASE_URL": "http://env/v1", "OPENAI_API_KEY": "k"},
+         JudgeEndpoint("http://cfg/v1", "k")),
+        (False, "http://cfg/v1", {"OPENAI_API_KEY": "k"}, None),
+        (True, "", {}, JudgeEndpoint(None, PLACEHOLDER_KEY)),
+        (None, "", {"OPENAI_API_KEY": "  "}, None),
+    ],
+)
+def test_endpoint_from_config(
+    enabled: bool | None, base_url: str, environ: dict[str, str], expected: JudgeEndpoint | None
+) -> None:
+    assert endpoint_from_config(JudgeConfig(enabled=enabled, base_url=base_url), environ) == expected
+
+
+def test_endpoint_key_comes_from_the_named_variable_and_is_not_printed() -> None:
+    config = JudgeConfig(api_key_env="MY_JUDGE_KEY")
+    assert endpoint_from_config(config, {"OPENAI_API_KEY": "not this one"}) is None
+    endpoint = endpoint_from_config(config, {"MY_JUDGE_KEY": "sk-secret"})
+    assert endpoint == JudgeEndpoint(None, "sk-secret")
+    assert "sk-secret" not in repr(endpoint)
+
+
+# -- calls ----------------------------------------------------------------------------------
+
+
+def test_completion_sends_schema_and_temperature_zero_and_reads_usage() -> None:
+    with judge_server_thread(usage=(321, 45)) as server:
+        server.script(reply('{"x": 1}'))
+        (result,) = _complete(server)
+        assert result == Completion('{"x": 1}', 321, 45, "judge-model")
+        (body,) = server.requests
+    assert body["temperature"] == 0 and body["model"] == "judge-model"
+    assert body["response_format"] == _request().response_format
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["strict"] is True
+    assert body["messages"] == [dict(m) for m in _request().messages]
+
+
+def test_fallback_after_response_format_is_rejected_is_remembered() -> None:
+    with judge_server_thread(supports_response_format=False) as server:
+        first, second = _complete(server, calls=2)
+        bodies = list(server.requests)
+    assert isinstance(first, Completion) and isinstance(second, Completion)
+    json.loads(first.text)
+    assert ["response_format" in b for b in bodies] == [True, False, False]  # retried at once, then remembered
+    assert bodies[1]["messages"] == [dict(m) for m in _request().fallback_messages]
+    assert all(b["temperature"] == 0 for b in bodies)
+
+
+def test_a_scripted_rejection_naming_response_format_also_switches() -> None:
+    with judge_server_thread() as server:
+        server.script(reply("{}"), reject_response_format())
+        results = _complete(server, calls=3)
+        assert all(isinstance(r, Completion) for r in results)
+        assert ["response_format" in b for b in server.requests] == [True, True, False, False]
+
+
+def test_a_plain_400_after_structured_output_worked_is_permanent() -> None:
+    with judge_server_thread() as server:
+        server.script(reply("{}"), status(400, error="context length exceeded"))
+        ok, failed = _complete(server, calls=2)
+        assert isinstance(ok, Completion)
+        assert isinstance(failed, JudgePermanentError) and failed.status == 400
+        assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("action", "kind", "code"),
+    [
+        (status(429, retry_after="0.25"), JudgeRetryableError, 429),
+        (status(500), JudgeRetryableError, 500),
+        (status(503), JudgeRetryableError, 503),
+        (drop(), JudgeRetryableError, None),
+        (status(401), JudgePermanentError, 401),
+        (raw("{not json"), JudgePermanentError, None),
+        (raw('{"object": "error"}'), JudgePermanentError, None),
+        (status(404), JudgePermanentError, 404),
+    ],
+)
+def test_failures_are_classified(action: Any, kind: type[Exception], code: int | None) -> None:
+    with judge_server_thread() as server:
+        server.script(action)
+        (result,) = _complete(server)
+        assert len(server.requests) == 1  # the openai client's own retries are off
+    assert type(result) is kind and getattr(result, "status") == code
+    if code == 429:
+        assert isinstance(result, JudgeRetryableError) and result.retry_after == 0.25
+
+
+def test_slow_answer_is_a_timeout() -> None:
+    with judge_server_thread() as server:
+        server.script(delay(0.3))
+        (result,) = _complete(server, timeout=0.05)
+    assert isinstance(result, JudgeTimeoutError)
+
+
+def test_unreachable_endpoint_is_retryable() -> None:
+    async def run() -> Exception:
+        async with JudgeServer() as server:
+            url = server.base_url
+        client = JudgeClient(JudgeEndpoint(url, "k"), "m", 1.0)  # the port is closed now
+        try:
+            await client.complete(_request())
+        except Exception as exc:  # noqa: BLE001
+            return exc
+        finally:
+            await client.aclose()
+        raise AssertionError("no error")
+
+    assert isinstance(asyncio.run(run()), JudgeRetryableError)
+
+
+def test_a_reply_without_content_is_empty_text() -> None:
+    with judge_server_thread() as server:
+        server.script(raw('{"choices": [{"index": 0, "message": {"role": "assistant", "content": null}}]}'))
+        (result,) = _complete(server)
+    assert result == Completion("", 0, 0, "judge-model")
