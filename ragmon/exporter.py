@@ -1,20 +1,24 @@
 """Scores to Prometheus: aggregatable counters and histograms, and rolling-window gauges.
 
-``RagMetrics.observe`` folds one scored request into the state; the rolling gauges are built
-at scrape time by a custom collector in ragmon's own registry (never the global one). Label
+A traces-to-metrics connector: fold into state, build on a tick. ``RagMetrics.observe`` counts
+one scored request and buffers its values; ``RagMetrics.flush`` folds the buffers into the
+histograms (``ragmon.series``) and rolling windows in bulk. Every family is built at scrape time
+by custom collectors in ragmon's own registry (never the global one), which flush first. Label
 values pass through a ``LabelLimiter`` so cardinality stays capped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from collections import defaultdict
 
 from ragmon import __version__
 from ragmon.assembly import AssemblyStats
@@ -22,6 +26,13 @@ from ragmon.labels import OTHER, LabelLimiter
 from ragmon.metrics.windows import DEFAULT_QUANTILES, WindowStore
 from ragmon.model import RagRecord
 from ragmon.receivers.ingest import IngestStats
+from ragmon.series import (
+    CounterCell,
+    CounterFamily,
+    HistogramFamily,
+    HistogramSeries,
+    SeriesCollector,
+)
 
 if TYPE_CHECKING:
     from ragmon.pipeline import PipelineStats
@@ -36,6 +47,7 @@ MeanKey = tuple[str, str, str, str, str]
 """(gauge, service, variant, source, k) of a mean series; "" where a label does not apply."""
 LatencyKey = tuple[str, str, str]
 """(service, variant, stage)."""
+K = TypeVar("K", bound=Hashable)
 
 _MEAN_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ragmon_retrieval_hit_rate": ("Share of queries with a relevant document in the top k, over the window.", ("source", "k")),
@@ -63,6 +75,7 @@ class _WindowCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         m = self._metrics
+        m.flush()
         now = m.clock()
         families = {
             name: GaugeMetricFamily(name, doc, labels=["service", "variant", *extra, "window"])
@@ -121,18 +134,86 @@ _PER_K_GAUGES = (
 )
 
 
+@dataclass(slots=True)
+class _Stream(Generic[K]):
+    """Values of one window series (and of its histogram series) awaiting ``flush``.
+
+    ``trace_ids`` holds one id per value for a histogram with exemplars, else stays empty.
+    """
+
+    key: K
+    histogram: tuple[HistogramFamily, HistogramSeries] | None = None
+    values: list[float] = field(default_factory=list)
+    trace_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _ServiceSeries:
+    """State of one (service, variant) bound once: no label lookups per request."""
+
+    traces: CounterCell
+    error: _Stream[MeanKey]
+    total: _Stream[LatencyKey]
+    stages: dict[str, _Stream[LatencyKey]] = field(default_factory=dict)
+    cost: _Stream[MeanKey] | None = None
+    """Made on the first request with a cost (as its window series was)."""
+
+
+class _ModelSeries:
+    """Counters of one (service, model), each made on its first use (as its series was)."""
+
+    __slots__ = ("_cells", "_labels")
+
+    def __init__(self, labels: dict[str, tuple[CounterFamily, tuple[str, ...]]]) -> None:
+        self._labels = labels
+        self._cells: dict[str, CounterCell] = {}
+
+    def counter(self, name: str) -> CounterCell:
+        """The cell of counter ``name`` ("input", "output", "cost", "unpriced", "without_usage")."""
+        cell = self._cells.get(name)
+        if cell is None:
+            family, labels = self._labels[name]
+            cell = self._cells[name] = family.cell(labels)
+        return cell
+
+
+_PerK: TypeAlias = tuple[int, CounterCell, list[float], list[float], list[float], list[float]]
+"""(k, hits counter, and the pending hit, recall, precision, NDCG values)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _RetrievalSeries:
-    """Bound metric children of one (service, variant, source): no label lookups per request."""
+    """State of one (service, variant, source) bound once: no label lookups per request."""
 
-    queries: Any
-    rr: Any
-    mrr_key: MeanKey
-    per_k: tuple[tuple[int, Any, Any, Any, Any, tuple[MeanKey, ...]], ...]
+    queries: CounterCell
+    rr: _Stream[MeanKey]
+    streams: tuple[_Stream[MeanKey], ...]
+    """rr, then per k hit, recall, precision, NDCG: always fed together, pending together."""
+    per_k: tuple[_PerK, ...]
+
+
+def _fold(store: WindowStore[K], streams: list[_Stream[K]], now: float, wall: float) -> None:
+    """Add each stream's values to its window series and histogram series, then empty it."""
+    for stream in streams:
+        values = stream.values
+        try:
+            if values:
+                store.observe_many(stream.key, values, now)
+                if stream.histogram is not None:
+                    family, series = stream.histogram
+                    family.add(series, values, stream.trace_ids or None, wall)
+        finally:
+            values.clear()
+            stream.trace_ids.clear()
 
 
 class RagMetrics:
-    """The sidecar's metric state for one registry."""
+    """The sidecar's metric state for one registry.
+
+    ``observe`` updates the counters and buffers the values of histograms and rolling windows;
+    ``flush`` folds the buffers in (the scrape-time collectors flush first). Not thread-safe:
+    observe, flush and scrapes run on one thread (the event loop).
+    """
 
     def __init__(
         self,
@@ -143,11 +224,19 @@ class RagMetrics:
         max_label_values: int,
         clock: Callable[[], float],
         max_series: int = 10_000,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.ks = tuple(ks)
         self.clock = clock
         self.limit = LabelLimiter(max_label_values)
+        self._wall = wall
+        self._services: dict[tuple[str, str], _ServiceSeries] = {}
         self._retrieval: dict[tuple[str, str, str], _RetrievalSeries] = {}
+        self._models: dict[tuple[str, str], _ModelSeries] = {}
+        self._now = -math.inf
+        """``now`` of the buffered observations (``observe`` flushes when it changes)."""
+        self._pending_means: list[_Stream[MeanKey]] = []
+        self._pending_latency: list[_Stream[LatencyKey]] = []
         fold_mean: Callable[[MeanKey], MeanKey] = lambda key: (key[0], OTHER, OTHER, key[3], key[4])  # noqa: E731
         fold_latency: Callable[[LatencyKey], LatencyKey] = lambda key: (OTHER, OTHER, key[2])  # noqa: E731
         self.means: WindowStore[MeanKey] = WindowStore(windows, max_series=max_series, fold=fold_mean)
@@ -155,29 +244,36 @@ class RagMetrics:
             windows, quantiles=DEFAULT_QUANTILES, max_series=max_series, fold=fold_latency
         )
         sv = ["service", "variant"]
-        r = registry
-        self.traces = Counter("ragmon_traces", "Finished requests (RAG traces) scored.", sv, registry=r)
-        self.trace_errors = Counter("ragmon_trace_errors", "Finished requests whose trace had an error.", sv, registry=r)
-        self.duration = Histogram(
-            "ragmon_request_duration_seconds", "Request latency per stage (total: the local root span).",
-            [*sv, "stage"], buckets=LATENCY_BUCKETS, registry=r,
-        )
-        self.tokens = Counter("ragmon_tokens", "Model tokens.", ["service", "model", "token_type"], registry=r)
-        self.cost = Counter("ragmon_cost_usd", "Priced model cost in USD.", ["service", "model"], registry=r)
-        self.unpriced = Counter("ragmon_unpriced_tokens", "Tokens of models with no known price.", ["model"], registry=r)
-        self.without_usage = Counter(
-            "ragmon_llm_calls_without_usage", "Model calls whose span reported no tokens and no cost (not priced).",
-            ["service", "model"], registry=r,
-        )
         src = [*sv, "source"]
-        self.queries = Counter("ragmon_retrieval_queries", "Retrievals scored against relevance.", src, registry=r)
-        self.unlabelled = Counter("ragmon_retrieval_unlabelled", "Retrievals with no relevance information (not scored).", sv, registry=r)
-        self.hits = Counter("ragmon_retrieval_hits", "Retrievals with a relevant document in the top k.", [*src, "k"], registry=r)
-        self.rr = Histogram("ragmon_retrieval_reciprocal_rank", "Reciprocal rank per retrieval.", src, buckets=SCORE_BUCKETS, registry=r)
-        self.recall = Histogram("ragmon_retrieval_recall", "Recall@k per retrieval.", [*src, "k"], buckets=SCORE_BUCKETS, registry=r)
-        self.precision = Histogram("ragmon_retrieval_precision", "Precision@k per retrieval.", [*src, "k"], buckets=SCORE_BUCKETS, registry=r)
-        self.ndcg = Histogram("ragmon_retrieval_ndcg", "NDCG@k per retrieval.", [*src, "k"], buckets=SCORE_BUCKETS, registry=r)
-        info = Gauge("ragmon_build_info", "ragmon's version.", ["version"], registry=r)
+        self.traces = CounterFamily("ragmon_traces", "Finished requests (RAG traces) scored.", sv, wall)
+        self.trace_errors = CounterFamily("ragmon_trace_errors", "Finished requests whose trace had an error.", sv, wall)
+        self.duration = HistogramFamily(
+            "ragmon_request_duration_seconds", "Request latency per stage (total: the local root span).",
+            [*sv, "stage"], LATENCY_BUCKETS, wall,
+        )
+        self.tokens = CounterFamily("ragmon_tokens", "Model tokens.", ["service", "model", "token_type"], wall)
+        self.cost = CounterFamily("ragmon_cost_usd", "Priced model cost in USD.", ["service", "model"], wall)
+        self.unpriced = CounterFamily("ragmon_unpriced_tokens", "Tokens of models with no known price.", ["model"], wall)
+        self.without_usage = CounterFamily(
+            "ragmon_llm_calls_without_usage", "Model calls whose span reported no tokens and no cost (not priced).",
+            ["service", "model"], wall,
+        )
+        self.queries = CounterFamily("ragmon_retrieval_queries", "Retrievals scored against relevance.", src, wall)
+        self.unlabelled = CounterFamily("ragmon_retrieval_unlabelled", "Retrievals with no relevance information (not scored).", sv, wall)
+        self.hits = CounterFamily("ragmon_retrieval_hits", "Retrievals with a relevant document in the top k.", [*src, "k"], wall)
+        self.rr = HistogramFamily("ragmon_retrieval_reciprocal_rank", "Reciprocal rank per retrieval.", src, SCORE_BUCKETS, wall)
+        self.recall = HistogramFamily("ragmon_retrieval_recall", "Recall@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
+        self.precision = HistogramFamily("ragmon_retrieval_precision", "Precision@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
+        self.ndcg = HistogramFamily("ragmon_retrieval_ndcg", "NDCG@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
+        registry.register(SeriesCollector(
+            [
+                self.traces, self.trace_errors, self.duration, self.tokens, self.cost, self.unpriced,
+                self.without_usage, self.queries, self.unlabelled, self.hits, self.rr, self.recall,
+                self.precision, self.ndcg,
+            ],
+            before=self.flush,
+        ))
+        info = Gauge("ragmon_build_info", "ragmon's version.", ["version"], registry=registry)
         info.labels(__version__).set(1)
         registry.register(_WindowCollector(self))
         registry.register(StatsCollector(self._own_stats))
@@ -196,79 +292,135 @@ class RagMetrics:
         return [folded, series, dropped]
 
     def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
-        """Fold one scored request into every series."""
+        """Count one scored request and buffer its values (see ``flush``)."""
+        if now != self._now:
+            self.flush()
+            self._now = now
         limit = self.limit
         service = limit("service", record.service or "unknown")
         variant = limit("variant", record.variant or "default")
-        exemplar = {"trace_id": record.trace_id.hex()}
-        self.traces.labels(service, variant).inc()
+        trace_id = record.trace_id.hex()
+        means = self._pending_means
+        latency = self._pending_latency
+        sv = self._services.get((service, variant)) or self._service_series(service, variant)
+        sv.traces.inc()
         if record.error:
-            self.trace_errors.labels(service, variant).inc()
-        self.means.observe(("ragmon_error_ratio", service, variant, "", ""), 1.0 if record.error else 0.0, now)
-        total = record.duration_seconds
-        self.duration.labels(service, variant, "total").observe(total, exemplar)
-        self.latency.observe((service, variant, "total"), total, now)
+            self.trace_errors.cell((service, variant)).inc()
+        stream: _Stream[Any] = sv.error
+        if not stream.values:
+            means.append(stream)
+        stream.values.append(1.0 if record.error else 0.0)
+        stream = sv.total
+        if not stream.values:
+            latency.append(stream)
+        stream.values.append(record.duration_seconds)
+        stream.trace_ids.append(trace_id)
         for stage, seconds in record.stage_seconds.items():
-            self.duration.labels(service, variant, stage).observe(seconds, exemplar)
-            self.latency.observe((service, variant, stage), seconds, now)
+            stream = sv.stages.get(stage) or self._stage_stream(sv, service, variant, stage)
+            if not stream.values:
+                latency.append(stream)
+            stream.values.append(seconds)
+            stream.trace_ids.append(trace_id)
         for call in scores.calls:
             model = limit("model", call.model or "unknown")
+            ms = self._models.get((service, model)) or self._model_series(service, model)
             if call.price_source == "no_usage":
-                self.without_usage.labels(service, model).inc()
+                ms.counter("without_usage").inc()
                 continue
             if call.input_tokens:
-                self.tokens.labels(service, model, "input").inc(call.input_tokens)
+                ms.counter("input").inc(call.input_tokens)
             if call.output_tokens:
-                self.tokens.labels(service, model, "output").inc(call.output_tokens)
+                ms.counter("output").inc(call.output_tokens)
             if call.usd is None:
-                self.unpriced.labels(model).inc(call.input_tokens + call.output_tokens)
+                ms.counter("unpriced").inc(call.input_tokens + call.output_tokens)
             else:
-                self.cost.labels(service, model).inc(call.usd)
+                ms.counter("cost").inc(call.usd)
         cost = scores.cost_usd
         if cost is not None:
-            self.means.observe(("ragmon_cost_usd_per_request", service, variant, "", ""), cost, now)
+            if sv.cost is None:
+                sv.cost = _Stream(("ragmon_cost_usd_per_request", service, variant, "", ""))
+            stream = sv.cost
+            if not stream.values:
+                means.append(stream)
+            stream.values.append(cost)
         if scores.unlabelled:
-            self.unlabelled.labels(service, variant).inc()
+            self.unlabelled.cell((service, variant)).inc()
         for score in scores.retrieval:
-            series = self._retrieval_series(service, variant, score.source)
+            series = self._retrieval.get((service, variant, score.source)) or self._retrieval_series(
+                service, variant, score.source
+            )
             series.queries.inc()
-            series.rr.observe(score.reciprocal_rank, exemplar)
-            observe = self.means.observe
-            observe(series.mrr_key, score.reciprocal_rank, now)
-            for k, hits, recall, precision, ndcg, keys in series.per_k:
-                hit = score.hit[k]
+            stream = series.rr
+            if not stream.values:
+                means.extend(series.streams)
+            stream.values.append(score.reciprocal_rank)
+            stream.trace_ids.append(trace_id)
+            hit_at, recall_at, precision_at, ndcg_at = score.hit, score.recall, score.precision, score.ndcg
+            for k, hits, hit_values, recall_values, precision_values, ndcg_values in series.per_k:
+                hit = hit_at[k]
                 hits.inc(hit)
-                recall.observe(score.recall[k])
-                precision.observe(score.precision[k])
-                ndcg.observe(score.ndcg[k])
-                observe(keys[0], hit, now)
-                observe(keys[1], score.recall[k], now)
-                observe(keys[2], score.precision[k], now)
-                observe(keys[3], score.ndcg[k], now)
+                hit_values.append(hit)
+                recall_values.append(recall_at[k])
+                precision_values.append(precision_at[k])
+                ndcg_values.append(ndcg_at[k])
+
+    def flush(self) -> None:
+        """Fold the buffered values into the rolling windows (at the ``now`` they were observed
+        at) and the histograms; empty the buffers."""
+        if not (self._pending_means or self._pending_latency):
+            return
+        wall = self._wall()
+        means, self._pending_means = self._pending_means, []
+        latency, self._pending_latency = self._pending_latency, []
+        _fold(self.means, means, self._now, wall)
+        _fold(self.latency, latency, self._now, wall)
+
+    def _service_series(self, service: str, variant: str) -> _ServiceSeries:
+        """The bound state of one (service, variant), made on its first request."""
+        series = self._services[(service, variant)] = _ServiceSeries(
+            self.traces.cell((service, variant)),
+            _Stream(("ragmon_error_ratio", service, variant, "", "")),
+            self._latency_stream(service, variant, "total"),
+        )
+        return series
+
+    def _model_series(self, service: str, model: str) -> _ModelSeries:
+        """The counters of one (service, model), bound on its first call."""
+        series = self._models[(service, model)] = _ModelSeries({
+            "input": (self.tokens, (service, model, "input")),
+            "output": (self.tokens, (service, model, "output")),
+            "cost": (self.cost, (service, model)),
+            "unpriced": (self.unpriced, (model,)),
+            "without_usage": (self.without_usage, (service, model)),
+        })
+        return series
+
+    def _latency_stream(self, service: str, variant: str, stage: str) -> _Stream[LatencyKey]:
+        labels = (service, variant, stage)
+        return _Stream(labels, (self.duration, self.duration.series(labels)))
+
+    def _stage_stream(self, sv: _ServiceSeries, service: str, variant: str, stage: str) -> _Stream[LatencyKey]:
+        stream = sv.stages[stage] = self._latency_stream(service, variant, stage)
+        return stream
 
     def _retrieval_series(self, service: str, variant: str, source: str) -> _RetrievalSeries:
-        """The bound children and window keys of one (service, variant, source), made once."""
-        key = (service, variant, source)
-        series = self._retrieval.get(key)
-        if series is None:
-            labels = (service, variant, source)
-            per_k = []
-            for k in self.ks:
-                ks = str(k)
-                per_k.append((
-                    k,
-                    self.hits.labels(*labels, ks),
-                    self.recall.labels(*labels, ks),
-                    self.precision.labels(*labels, ks),
-                    self.ndcg.labels(*labels, ks),
-                    tuple((gauge, service, variant, source, ks) for gauge in _PER_K_GAUGES),
-                ))
-            series = self._retrieval[key] = _RetrievalSeries(
-                self.queries.labels(*labels),
-                self.rr.labels(*labels),
-                ("ragmon_retrieval_mrr", service, variant, source, ""),
-                tuple(per_k),
+        """The bound state of one (service, variant, source), made on its first retrieval."""
+        labels = (service, variant, source)
+        rr = _Stream(("ragmon_retrieval_mrr", service, variant, source, ""), (self.rr, self.rr.series(labels)))
+        streams: list[_Stream[MeanKey]] = [rr]
+        per_k: list[_PerK] = []
+        for k in self.ks:
+            ks = str(k)
+            hit, recall, precision, ndcg = (
+                _Stream((gauge, service, variant, source, ks)) for gauge in _PER_K_GAUGES
             )
+            for stream, family in ((recall, self.recall), (precision, self.precision), (ndcg, self.ndcg)):
+                stream.histogram = (family, family.series((*labels, ks)))
+            streams.extend((hit, recall, precision, ndcg))
+            per_k.append((k, self.hits.cell((*labels, ks)), hit.values, recall.values, precision.values, ndcg.values))
+        series = self._retrieval[labels] = _RetrievalSeries(
+            self.queries.cell(labels), rr, tuple(streams), tuple(per_k)
+        )
         return series
 
 

@@ -133,24 +133,32 @@ class Pipeline:
         self._queue.put_nowait(())
 
     async def _process(self, traces: Iterable[Trace], now: float) -> None:
-        """Score finished traces, yielding to the event loop every ``_SLICE`` traces."""
-        for done, trace in enumerate(traces, start=1):
-            if done % _SLICE == 0:
-                await asyncio.sleep(0)
-            try:
-                record = self._extract(trace)
-                if record is None:
-                    self._ignored += 1
+        """Score finished traces, yielding to the event loop every ``_SLICE`` traces.
+
+        The metrics' buffers are flushed before each yield and at the end: no slice's values
+        wait for the next one.
+        """
+        try:
+            for done, trace in enumerate(traces, start=1):
+                if done % _SLICE == 0:
+                    self._metrics.flush()
+                    await asyncio.sleep(0)
+                try:
+                    record = self._extract(trace)
+                    if record is None:
+                        self._ignored += 1
+                        continue
+                    scores = self._score(record)
+                    self._metrics.observe(record, scores, now)
+                except Exception:  # one bad trace must not stop the worker
+                    self._dropped["trace_error"] += 1
+                    log.exception("could not score trace %s", trace.trace_id.hex())
                     continue
-                scores = self._score(record)
-                self._metrics.observe(record, scores, now)
-            except Exception:  # one bad trace must not stop the worker
-                self._dropped["trace_error"] += 1
-                log.exception("could not score trace %s", trace.trace_id.hex())
-                continue
-            self._records += 1
-            self._unlabelled += scores.unlabelled
-            self._without_content += not record.content_recorded
+                self._records += 1
+                self._unlabelled += scores.unlabelled
+                self._without_content += not record.content_recorded
+        finally:
+            self._metrics.flush()
 
     def stats(self) -> PipelineStats:
         """A snapshot of the pipeline's counters."""

@@ -1,17 +1,24 @@
-"""The pipeline's bounded queue: refusals by span count and by bytes, and shutdown."""
+"""The pipeline's bounded queue (refusals by span count and by bytes, shutdown) and its metrics
+buffering (flushed before every yield; batched folding scrapes as per-request folding)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+import re
 from dataclasses import replace
 
+import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from ragmon.assembly import TraceAssembler
 from ragmon.exporter import RagMetrics
-from ragmon.model import Span
-from ragmon.pipeline import Pipeline
+from ragmon.model import RagRecord, Span, Trace
+from ragmon.pipeline import _SLICE, Pipeline
 from ragmon.pricing import Pricer
-from ragmon.scoring import score_record
+from ragmon.scoring import PricedCall, RecordScores, RetrievalScore, score_record
 
 
 def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
@@ -52,8 +59,6 @@ async def _shutdown(pipeline: Pipeline) -> None:
 
 
 def test_no_offers_after_shutdown() -> None:
-    import asyncio
-
     pipeline = _pipeline(max_spans=10, max_bytes=1 << 20)
     asyncio.run(_shutdown(pipeline))
     assert not pipeline.offer([_span(1, 1)])
@@ -73,3 +78,137 @@ def test_judged_retrieval_matches_the_metric_core_and_scores_a_judged_miss_zero(
     assert score.source == "judge" and score.recall == {} and score.ndcg == {}
     miss = score_judged_retrieval(ranking, [], [1, 3])
     assert miss.reciprocal_rank == 0.0 and miss.hit == {1: 0.0, 3: 0.0} and miss.precision == {1: 0.0, 3: 0.0}
+
+
+# -- metrics: buffered per slice, flushed before every yield ------------------------------------
+
+KS = (1, 3, 5, 10)
+
+
+def _random_record(rng: random.Random) -> RagRecord:
+    start = rng.randrange(10**9)
+    stages = {s: rng.random() * rng.choice([0.01, 1.0, 100.0]) for s in rng.sample(["retrieval", "rerank", "generation", "embedding"], rng.randrange(4))}
+    return RagRecord(
+        trace_id=rng.randbytes(16), service=rng.choice(["a", "b", "c", ""]), variant=rng.choice(["v1", "v2", ""]),
+        start_ns=start, end_ns=start + rng.randrange(10**10), error=rng.random() < 0.2, stage_seconds=stages,  # type: ignore[arg-type]
+    )
+
+
+def _random_scores(rng: random.Random) -> RecordScores:
+    def at_k() -> dict[int, float]:
+        return {k: rng.choice([0.0, 1.0, 1 / 3, 0.1, 0.7, rng.random()]) for k in KS}
+
+    retrieval = tuple(
+        RetrievalScore(source, rng.choice([0.0, 1.0, 0.5, 1 / 3, rng.random()]), {k: float(rng.random() < 0.5) for k in KS}, at_k(), at_k(), at_k())
+        for source in rng.sample(["label", "golden"], rng.randrange(3))
+    )
+    calls = tuple(
+        rng.choice([
+            PricedCall(model, "generate", 0, 0, None, "no_usage"),
+            PricedCall(model, "generate", rng.randrange(500), rng.randrange(50), None, "unpriced"),
+            PricedCall(model, "generate", rng.randrange(5000), rng.randrange(900), rng.random() / 100, "table"),
+        ])
+        for model in rng.sample(["m1", "m2", "m3", ""], rng.randrange(3))
+    )
+    return RecordScores(retrieval, rng.random() < 0.1, calls)
+
+
+def _masked_scrapes(metrics: RagMetrics, registry: CollectorRegistry) -> tuple[str, str]:
+    def mask(text: bytes) -> str:
+        out = re.sub(r"^(\S+_created(\{[^}]*\})?) \S+$", r"\1 <t>", text.decode(), flags=re.MULTILINE)
+        return re.sub(r'(# \{trace_id="[^"]*"\} \S+) \S+$', r"\1 <t>", out, flags=re.MULTILINE)
+
+    return mask(generate_latest(registry)), mask(generate_openmetrics(registry))
+
+
+def _metrics(clock: list[float], max_label_values: int = 2) -> tuple[RagMetrics, CollectorRegistry]:
+    registry = CollectorRegistry(auto_describe=True)
+    metrics = RagMetrics(registry, ks=KS, windows=(300.0, 3600.0), max_label_values=max_label_values, clock=lambda: clock[0])
+    return metrics, registry
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_batched_metrics_scrape_as_flushing_every_request(seed: int) -> None:
+    """Buffering a slice and folding it in bulk exports the same as folding each request."""
+    rng = random.Random(seed)
+    clock = [0.0]
+    each, each_registry = _metrics(clock)
+    batched, batched_registry = _metrics(clock)
+    for now, n in [(0.0, 40), (0.0, 300), (2.0, 1), (10.0, 200), (400.0, 30), (4000.0, 3), (4001.0, 0)]:
+        for _ in range(n):
+            record, scores = _random_record(rng), _random_scores(rng)
+            each.observe(record, scores, now)
+            each.flush()
+            batched.observe(record, scores, now)  # flushed when ``now`` changes, or by the scrape
+        clock[0] = now + rng.choice([0.0, 1.0, 250.0])
+        assert _masked_scrapes(batched, batched_registry) == _masked_scrapes(each, each_registry)
+
+
+def test_a_scrape_folds_in_what_observe_accepted() -> None:
+    clock = [5.0]
+    metrics, registry = _metrics(clock)
+    record = RagRecord(trace_id=bytes(range(16)), service="svc", variant="v", start_ns=0, end_ns=2 * 10**9)
+    metrics.observe(record, RecordScores((), False, ()), 5.0)
+    text = generate_latest(registry).decode()
+    assert 'ragmon_request_duration_seconds_count{service="svc",stage="total",variant="v"} 1.0' in text
+    assert 'ragmon_request_duration_seconds_bucket{le="2.5",service="svc",stage="total",variant="v"} 1.0' in text
+    assert 'ragmon_error_ratio{service="svc",variant="v",window="5m"} 0.0' in text
+    openmetrics = generate_openmetrics(registry).decode()
+    assert f'le="2.5",service="svc",stage="total",variant="v"}} 1.0 # {{trace_id="{bytes(range(16)).hex()}"}} 2.0' in openmetrics
+    assert generate_latest(registry).decode() == text  # folded once, not twice
+
+
+class _LoggedMetrics(RagMetrics):
+    def __init__(self, events: list[str]) -> None:
+        super().__init__(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: 0.0)
+        self.events = events
+
+    def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        self.events.append("observe")
+        super().observe(record, scores, now)
+
+    def flush(self) -> None:
+        self.events.append("flush")
+        super().flush()
+
+
+def test_metrics_are_flushed_before_every_yield_and_at_the_end() -> None:
+    events: list[str] = []
+    metrics = _LoggedMetrics(events)
+    pricer = Pricer()
+    pipeline = Pipeline(
+        assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
+        extract=lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1000),
+        score=lambda record: score_record(record, (1,), pricer),
+        metrics=metrics,
+        clock=lambda: 0.0,
+        max_queued_spans=10,
+    )
+    traces = [Trace(i.to_bytes(16, "big"), (), None) for i in range(2 * _SLICE + 7)]
+
+    async def run() -> None:
+        done = False
+
+        async def other_task() -> None:  # runs whenever the worker yields
+            while not done:
+                events.append("yield")
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other_task())
+        await asyncio.sleep(0)
+        events.clear()
+        await pipeline._process(traces, 1.0)
+        events.append("end")
+        done = True
+        await task
+
+    asyncio.run(run())
+    assert events.count("observe") == len(traces)
+    assert events.count("yield") >= 2
+    last = "flush"
+    for event in events:
+        if event in ("yield", "end"):
+            assert last == "flush", f"{event} with observations not flushed"
+        else:
+            last = event
+    assert not metrics._pending_means and not metrics._pending_latency

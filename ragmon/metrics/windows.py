@@ -70,11 +70,22 @@ DEFAULT_QUANTILES = (0.5, 0.95, 0.99)
 _NEVER = -(1 << 62)
 """Bucket index of a slot that holds nothing."""
 _LARGEST = 1.7976931348623157e308
+_BULK_MIN = (8, 32)
+"""``WindowStore.observe_many`` takes lists shorter than this one value at a time (mean store,
+quantile store): below it, numpy's fixed cost exceeds the per-value one."""
 
 
 def bucket_index(t: float, width: float) -> int:
     """b(t) = ⌊t / w⌋: the bucket of an event at time ``t`` for bucket width ``width``."""
     return math.floor(t / width)
+
+
+def _added(start: float, values: npt.NDArray[np.float64]) -> float:
+    """``start + x₀ + x₁ + …`` left to right: the rounding of adding one value at a time."""
+    x = np.empty(values.size + 1)
+    x[0] = start
+    x[1:] = values
+    return float(np.add.accumulate(x)[-1])  # sequential, where np.sum is pairwise
 
 
 def _check_finite(values: npt.NDArray[np.float64]) -> None:
@@ -167,14 +178,21 @@ class RollingMean(_Ring):
         return True
 
     def add_many(self, values: Values, now: float) -> bool:
-        """Observe several values at the same ``now``; ``False`` if their bucket expired."""
+        """Observe several values at the same ``now``; ``False`` if their bucket expired.
+
+        Same count and sum as ``add`` on each value in turn.
+        """
         x = np.asarray(values, dtype=np.float64).ravel()
         _check_finite(x)
+        return self._add_checked(x, now)
+
+    def _add_checked(self, x: npt.NDArray[np.float64], now: float) -> bool:
+        """``add_many`` of values known to be finite."""
         slot = self._open(now)
         if slot < 0:
             return False
         self._count[slot] += int(x.size)
-        self._sum[slot] += float(x.sum())
+        self._sum[slot] = _added(self._sum[slot], x)
         return True
 
     def summary(self, now: float) -> tuple[int, float]:
@@ -238,6 +256,10 @@ class RollingQuantiles(_Ring):
             return False
         sketch.add_many(values)  # validates
         return True
+
+    def _add_checked(self, x: npt.NDArray[np.float64], now: float) -> bool:
+        """``add_many`` of values known to be finite and >= 0."""
+        return self.add_many(x, now)
 
     def sketch(self, now: float) -> QuantileSketch:
         """A new sketch: the merge of the buckets in the window at ``now``."""
@@ -354,6 +376,7 @@ class WindowStore(Generic[K]):
         self.max_folded = max_folded
         self._fold = fold
         self._lower = 0.0 if self.quantiles else -_LARGEST
+        self._bulk_min = _BULK_MIN[1] if self.quantiles else _BULK_MIN[0]
         self._series: dict[K, _Series] = {}
         self._n_folded = 0
         self._sweep_width = min(self.windows) / buckets
@@ -387,12 +410,23 @@ class WindowStore(Generic[K]):
     def observe_many(self, key: K, values: Values, now: float) -> Outcome:
         """Add several observations of series ``key`` at the same ``now`` (the fast path).
 
-        Invalid values are counted and skipped; the outcome is that of the valid ones.
+        Same series, counts, sums and sketch bins as ``observe`` on each value in turn (only a
+        sketch's own sum, unused by reads' quantiles, may round differently). Invalid values
+        are counted and skipped; the outcome is that of the valid ones. A short list goes
+        through ``observe`` (cheaper than numpy below ``_BULK_MIN`` values).
         """
+        if isinstance(values, list) and len(values) < self._bulk_min:
+            outcome = Outcome.INVALID if values else Outcome.ACCEPTED
+            for value in values:
+                one = self.observe(key, value, now)
+                if one is not Outcome.INVALID:
+                    outcome = one
+            return outcome
         x = np.asarray(values, dtype=np.float64).ravel()
-        valid = (x >= self._lower) & (x <= _LARGEST)
-        bad = int(x.size - np.count_nonzero(valid))
-        if bad:
+        bad = 0
+        if x.size and not (self._lower <= x.min() and x.max() <= _LARGEST):  # NaN fails too
+            valid = (x >= self._lower) & (x <= _LARGEST)
+            bad = int(x.size - np.count_nonzero(valid))
             self._counts["invalid"] += bad
             x = x[valid]
         if x.size == 0:
@@ -403,7 +437,7 @@ class WindowStore(Generic[K]):
             return outcome
         stored = False
         for ring in series.rings:
-            stored = ring.add_many(x, now) or stored
+            stored = ring._add_checked(x, now) or stored
         return self._settle(series, outcome, now, stored, int(x.size))
 
     def _settle(

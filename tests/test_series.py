@@ -1,0 +1,193 @@
+"""ragmon.series against prometheus_client: the same values, in batches, give the same scrape."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import prometheus_client
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.registry import Collector
+from strategies import SETTINGS
+
+from ragmon.series import (
+    BULK_MIN,
+    Buckets,
+    CounterFamily,
+    HistogramFamily,
+    SeriesCollector,
+    running_sum,
+)
+
+BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.5)
+
+values_st = st.lists(
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.floats(min_value=-1.0, max_value=3.0),
+        st.sampled_from([*BOUNDS, 0.0, -0.0, math.inf, -math.inf, math.nan]),
+    ),
+    max_size=3 * BULK_MIN,
+)
+"""Both paths (Python below ``BULK_MIN`` values, numpy above), bucket edges, NaN and ±inf."""
+
+chunks_st = st.lists(st.integers(min_value=1, max_value=2 * BULK_MIN), max_size=6)
+"""Batch sizes to split a list of values into (the rest is one last batch)."""
+
+
+def _batches(values: Sequence[float], sizes: Sequence[int]) -> Iterator[tuple[int, int]]:
+    start = 0
+    for size in sizes:
+        yield start, min(start + size, len(values))
+        start = min(start + size, len(values))
+    yield start, len(values)
+
+
+def _masked(text: bytes) -> str:
+    """Exposition with ``_created`` values and exemplar timestamps blanked."""
+    out = re.sub(r"^(\S+_created(\{[^}]*\})?) \S+$", r"\1 <t>", text.decode(), flags=re.MULTILINE)
+    return re.sub(r'(# \{trace_id="[^"]*"\} \S+) \S+$', r"\1 <t>", out, flags=re.MULTILINE)
+
+
+def _scrapes(registry: CollectorRegistry) -> tuple[str, str]:
+    return _masked(generate_latest(registry)), _masked(generate_openmetrics(registry))
+
+
+def _registry(*collectors: Collector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=True)
+    for collector in collectors:
+        registry.register(collector)
+    return registry
+
+
+@SETTINGS
+@given(values_st)
+def test_buckets_count_per_the_le_rule(values: list[float]) -> None:
+    bounds = (*BOUNDS, math.inf)
+    counts, last = Buckets(BOUNDS).count(values, last=True)
+    want_counts, want_last = [0] * len(bounds), [-1] * len(bounds)
+    for i, v in enumerate(values):
+        if not math.isnan(v):
+            b = min(j for j, le in enumerate(bounds) if v <= le)
+            want_counts[b] += 1
+            want_last[b] = i
+    assert (counts, last) == (want_counts, want_last)
+    assert Buckets(BOUNDS).count(values) == (want_counts, [])
+
+
+def test_buckets_labels_and_validation() -> None:
+    assert Buckets((0.005, 1, 60)).labels == ("0.005", "1.0", "60.0", "+Inf")
+    assert Buckets((1.0, math.inf)).bounds == (1.0, math.inf)
+    with pytest.raises(ValueError):
+        Buckets((1.0, 0.5))
+    with pytest.raises(ValueError):
+        Buckets(())
+
+
+@SETTINGS
+@given(st.floats(allow_nan=False, allow_infinity=False), values_st)
+def test_running_sum_adds_left_to_right(start: float, values: list[float]) -> None:
+    want = start
+    for v in values:
+        want += v
+    got = running_sum(start, values)
+    assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+@SETTINGS
+@given(values_st, chunks_st, st.sampled_from(["a", "b"]))
+def test_histogram_scrapes_like_prometheus_client(values: list[float], sizes: list[int], label: str) -> None:
+    reference = CollectorRegistry(auto_describe=True)
+    histogram = Histogram("h", "Doc.", ["x", "y"], buckets=BOUNDS, registry=reference)
+    plain = Histogram("p", "Plain.", ["x"], buckets=BOUNDS, registry=reference)
+    ids = [f"{i:032x}" for i in range(len(values))]
+    for value, trace_id in zip(values, ids):
+        histogram.labels(label, "1").observe(value, {"trace_id": trace_id})
+        plain.labels(label).observe(value)
+    family = HistogramFamily("h", "Doc.", ["x", "y"], BOUNDS, lambda: 1.0)
+    plain_family = HistogramFamily("p", "Plain.", ["x"], BOUNDS, lambda: 1.0)
+    ours = _registry(SeriesCollector([family, plain_family], before=lambda: None))
+    if not values:  # a series is made on its first value, like the reference's child
+        assert _scrapes(ours) == _scrapes(reference)
+        return
+    series, plain_series = family.series((label, "1")), plain_family.series((label,))
+    for start, end in _batches(values, sizes):
+        family.add(series, values[start:end], ids[start:end], 2.0)
+        plain_family.add(plain_series, values[start:end], None, 2.0)
+    assert _scrapes(ours) == _scrapes(reference)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.floats(min_value=0.0, allow_infinity=False)), max_size=20))
+def test_counter_scrapes_like_prometheus_client(increments: list[tuple[str, float]]) -> None:
+    reference = CollectorRegistry(auto_describe=True)
+    counter = Counter("c", "Doc.", ["x"], registry=reference)
+    empty = Counter("e", "Never incremented.", ["x"], registry=reference)
+    family = CounterFamily("c", "Doc.", ["x"], lambda: 1.0)
+    ours = _registry(SeriesCollector([family, CounterFamily("e", "Never incremented.", ["x"], lambda: 1.0)], lambda: None))
+    for label, amount in increments:
+        counter.labels(label).inc(amount)
+        family.cell((label,)).inc(amount)
+    assert empty.describe()  # keeps the reference's empty family registered
+    assert _scrapes(ours) == _scrapes(reference)
+
+
+def test_counter_refuses_negative_amounts_like_prometheus_client() -> None:
+    cell = CounterFamily("c", "Doc.", [], lambda: 1.0).cell(())
+    with pytest.raises(ValueError):
+        cell.inc(-1)
+    with pytest.raises(ValueError):
+        Counter("c", "Doc.", registry=None).inc(-1)
+    assert cell.value == 0.0
+
+
+@contextmanager
+def _created_disabled() -> Iterator[None]:
+    was = bool(getattr(prometheus_client.metrics, "_use_created", True))
+    prometheus_client.disable_created_metrics()
+    try:
+        yield
+    finally:
+        if was:
+            prometheus_client.enable_created_metrics()
+
+
+def test_created_samples_follow_prometheus_clients_switch() -> None:
+    family = HistogramFamily("h", "Doc.", ["x"], BOUNDS, lambda: 1.0)
+    counter = CounterFamily("c", "Doc.", ["x"], lambda: 1.0)
+    family.add(family.series(("a",)), [0.3], ["t"], 2.0)
+    counter.cell(("a",)).inc()
+    registry = _registry(SeriesCollector([family, counter], lambda: None))
+    with _created_disabled():
+        assert "_created" not in generate_latest(registry).decode()
+    if getattr(prometheus_client.metrics, "_use_created", True):
+        assert 'h_created{x="a"} 1.0' in generate_latest(registry).decode()
+
+
+def test_collector_runs_before_on_collect_only() -> None:
+    calls: list[str] = []
+    before: Callable[[], None] = lambda: calls.append("before")
+    registry = _registry(SeriesCollector([CounterFamily("c", "Doc.", [], lambda: 1.0)], before))
+    assert calls == []  # registration describes, it does not collect
+    generate_latest(registry)
+    assert calls == ["before"]
+
+
+def test_series_are_made_once_and_stamped_by_the_wall_clock() -> None:
+    times = iter([10.0, 20.0])
+    family = HistogramFamily("h", "Doc.", ["x"], BOUNDS, lambda: next(times))
+    series = family.series(("a",))
+    assert family.series(("a",)) is series
+    assert series.created == 10.0
+    family.add(series, [0.2, 0.2, 5.0], ["t1", "t2", "t3"], 30.0)
+    assert series.counts == [0, 2, 0, 0, 0, 1]
+    assert series.exemplars[1] == ("t2", 0.2, 30.0)  # the latest wins
+    assert series.exemplars[5] == ("t3", 5.0, 30.0)
+    assert series.sum == 5.4
