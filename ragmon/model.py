@@ -176,6 +176,8 @@ class RagRecord:
     evaluations: tuple[Evaluation, ...] = ()
     has_retrieval: bool = False
     content_recorded: bool = True
+    root_span_id: bytes = b""
+    """The local root span's id (judge results sent onward are parented to it)."""
 
     @property
     def duration_seconds(self) -> float:

@@ -1,7 +1,8 @@
 """Pieces every convention shares: options, value coercion, JSON text, document ids.
 
 Pure and cheap: nothing here parses JSON unless the caller asked for a value that only JSON
-holds.
+holds. The tables made on first use (OpenInference document keys, parsed ``document_id``
+places) are bounded caches: no result depends on them.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from itertools import chain, repeat
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ragmon.config import check_document_id_place
 from ragmon.model import AttrValue, RetrievedDocument
@@ -26,6 +29,8 @@ RawDocument = Mapping[str, Any]
 ``metadata``, …) -> value; ``metadata`` is a JSON string or an object."""
 
 _DOCUMENT_FIELD_ALIASES = {"content": ("content", "page_content", "text")}
+DOCUMENT_FIELDS = ("id", "score", "content", "metadata")
+"""The document fields OpenInference spans carry (what ``flattened_documents`` looks up)."""
 _QUERY_KEYS = (
     "input",
     "question",
@@ -84,9 +89,9 @@ class ConventionOptions:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token counts one span carried; ``cached_input_tokens`` is part of ``input_tokens``."""
+class Usage(NamedTuple):
+    """Token counts one span carried; ``cached_input_tokens`` is part of ``input_tokens``.
+    (A named tuple: immutable, and cheaper to make than a frozen dataclass.)"""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -98,6 +103,8 @@ class Usage:
 
 def as_int(value: object) -> int | None:
     """A token count: a non-negative int (from int, integral float or digit string), else None."""
+    if type(value) is int:  # the common case first
+        return value if value >= 0 else None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -228,12 +235,37 @@ def _metadata_value(metadata: Any, key: str) -> str | None:
     return _id_text(node)
 
 
-def _field(doc: RawDocument, name: str) -> Any:
-    for alias in _DOCUMENT_FIELD_ALIASES.get(name, (name,)):
-        value = doc.get(alias)
-        if value is not None:
-            return value
-    return None
+_Place = tuple[bool, str, tuple[str, ...]]
+"""One ``document_id`` place: (a document field?, the field or metadata key, field aliases)."""
+_PLACES: dict[tuple[str, ...], tuple[tuple[_Place, ...], tuple[str, ...]]] = {}
+_MAX_PLACES = 64
+
+
+def _places(document_id: Sequence[str]) -> tuple[tuple[_Place, ...], tuple[str, ...]]:
+    """The places of ``document_id``, and the document fields they may read after the usual
+    ones (``DOCUMENT_FIELDS``); made once per ``document_id``."""
+    key = document_id if isinstance(document_id, tuple) else None
+    cached = _PLACES.get(key) if key is not None else None
+    if cached is not None:
+        return cached
+    places: list[_Place] = []
+    fields = list(DOCUMENT_FIELDS)
+    for place in document_id:
+        head, _, rest = place.partition(".")
+        aliases = _DOCUMENT_FIELD_ALIASES.get(rest, (rest,))
+        places.append((head == "document", rest, aliases))
+        if head == "document":
+            fields.extend(alias for alias in aliases if alias not in fields)
+    made = (tuple(places), tuple(fields))
+    if key is not None and len(_PLACES) < _MAX_PLACES:
+        _PLACES[key] = made
+    return made
+
+
+def document_fields(options: ConventionOptions) -> tuple[str, ...]:
+    """The document fields ``resolve_documents`` may read with ``options``: the usual ones
+    (``DOCUMENT_FIELDS``), then those of its ``document.<field>`` places."""
+    return _places(options.document_id)[1]
 
 
 def resolve_documents(
@@ -246,25 +278,37 @@ def resolve_documents(
     ``fallback_ids`` (called at most once, only when needed) gives ids by rank for documents
     whose ``id`` field is missing (LangChain: parsed from the retriever's ``output.value``).
     """
-    places = [(head, rest) for head, _, rest in (p.partition(".") for p in options.document_id)]
+    places = _places(options.document_id)[0]
+    keep_content = options.keep_content
+    isfinite = math.isfinite
     fallback: Sequence[str | None] | None = None
     out: list[RetrievedDocument] = []
     for rank, doc in enumerate(raw):
-        content = _field(doc, "content")
+        get = doc.get
+        content = get("content")
+        if content is None:
+            content = get("page_content")
+            if content is None:
+                content = get("text")
         text = content if isinstance(content, str) else None
         doc_id: str | None = None
         metadata: Any = None
         metadata_parsed = False
-        for head, rest in places:
-            if head == "document":
-                doc_id = _id_text(_field(doc, rest))
+        for is_document, rest, aliases in places:
+            if is_document:
+                value: Any = None
+                for alias in aliases:
+                    value = get(alias)
+                    if value is not None:
+                        break
+                doc_id = (value or None) if type(value) is str else _id_text(value)
                 if doc_id is None and rest == "id" and fallback_ids is not None:
                     if fallback is None:
                         fallback = fallback_ids()
                     doc_id = fallback[rank] if rank < len(fallback) else None
             else:
                 if not metadata_parsed:
-                    metadata = doc.get("metadata")
+                    metadata = get("metadata")
                     if isinstance(metadata, str):
                         metadata = loads(metadata)
                     metadata_parsed = True
@@ -274,20 +318,19 @@ def resolve_documents(
         if not doc_id:
             if text is not None:
                 doc_id = content_hash(text)
-            elif isinstance(doc.get("metadata"), (str, Mapping)):
+            elif isinstance(get("metadata"), (str, Mapping)):
                 meta = doc["metadata"]
                 doc_id = content_hash(
                     meta if isinstance(meta, str) else json.dumps(meta, sort_keys=True)
                 )
             else:
                 doc_id = f"#{rank}"
-        out.append(
-            RetrievedDocument(
-                id=doc_id,
-                score=as_float(doc.get("score")),
-                content=text if options.keep_content else None,
-            )
-        )
+        score: Any = get("score")
+        if type(score) is float:
+            score = score if isfinite(score) else None
+        else:
+            score = as_float(score)
+        out.append(RetrievedDocument(doc_id, score, text if keep_content else None))
     return tuple(out)
 
 
@@ -308,8 +351,70 @@ def json_documents(value: AttrValue) -> list[RawDocument]:
     return [item for item in items if isinstance(item, Mapping)]
 
 
-def flattened_documents(attributes: Mapping[str, AttrValue], prefix: str) -> list[RawDocument]:
-    """OpenInference's flattened lists: ``<prefix>N.document.<field>`` -> one dict per N, by N."""
+_KEY_TABLE_SIZE = 128
+_KEY_TABLES: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, ...], ...]] = {}
+_MAX_KEY_TABLES = 16
+_MISSING: Any = object()
+_DEFAULT_PLACES = ("document.id",)
+
+
+def _key_table(prefix: str, fields: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """``<prefix>N.document.<field>`` for N < ``_KEY_TABLE_SIZE``: made once per (prefix, fields)."""
+    table = _KEY_TABLES.get((prefix, fields))
+    if table is None:
+        table = tuple(
+            tuple(sys.intern(f"{prefix}{i}.document.{field}") for field in fields)
+            for i in range(_KEY_TABLE_SIZE)
+        )
+        if len(_KEY_TABLES) < _MAX_KEY_TABLES:
+            _KEY_TABLES[(prefix, fields)] = table
+    return table
+
+
+def _probe(
+    attributes: Mapping[str, AttrValue], prefix: str, fields: tuple[str, ...]
+) -> list[tuple[Any, ...]] | None:
+    """The ``fields`` of documents 0, 1, … (``_MISSING`` where absent), looked up key by key
+    until a document has none of them; None when that did not account for every key starting
+    with ``prefix`` (other fields, a gap in the indices, ``01``, too many documents, …)."""
+    table = _key_table(prefix, fields)
+    get = attributes.get
+    width = len(fields)
+    rows: list[tuple[Any, ...]] = []
+    present = 0
+    for keys in table:
+        row = tuple(map(get, keys, repeat(_MISSING)))
+        missing = row.count(_MISSING)
+        if missing == width:
+            break
+        rows.append(row)
+        present += width - missing
+    else:
+        return None
+    if present != len(attributes):
+        for key in attributes.keys() - chain.from_iterable(table[: len(rows)]):
+            if key.startswith(prefix):
+                return None
+    return rows
+
+
+def flattened_documents(
+    attributes: Mapping[str, AttrValue], prefix: str, fields: tuple[str, ...] = DOCUMENT_FIELDS
+) -> list[RawDocument]:
+    """OpenInference's flattened lists: ``<prefix>N.document.<field>`` -> one dict per N, by N.
+
+    ``fields`` only makes it faster: their keys are looked up for N = 0, 1, … and the keys are
+    scanned only when that did not find all the documents' keys.
+    """
+    rows = _probe(attributes, prefix, fields)
+    if rows is None:
+        return _scanned_documents(attributes, prefix)
+    return [
+        {field: value for field, value in zip(fields, row) if value is not _MISSING} for row in rows
+    ]
+
+
+def _scanned_documents(attributes: Mapping[str, AttrValue], prefix: str) -> list[RawDocument]:
     docs: dict[int, dict[str, AttrValue]] = {}
     start = len(prefix)
     for key, value in attributes.items():
@@ -320,3 +425,72 @@ def flattened_documents(attributes: Mapping[str, AttrValue], prefix: str) -> lis
             continue
         docs.setdefault(int(index), {})[rest[9:]] = value
     return [docs[i] for i in sorted(docs)]
+
+
+def resolve_flattened(
+    attributes: Mapping[str, AttrValue],
+    prefix: str,
+    options: ConventionOptions,
+    fallback_ids: Callable[[], Sequence[str | None]] | None = None,
+) -> tuple[RetrievedDocument, ...]:
+    """``resolve_documents(flattened_documents(attributes, prefix), options, fallback_ids)``,
+    without a dict per document for the default ``document_id`` and the usual fields
+    (``fallback_ids`` may then be called twice)."""
+    if options.document_id == _DEFAULT_PLACES:
+        resolved = _resolve_probed(attributes, prefix, options.keep_content, fallback_ids)
+        if resolved is not None:
+            return resolved
+    raw = flattened_documents(attributes, prefix, document_fields(options))
+    return resolve_documents(raw, options, fallback_ids)
+
+
+def _resolve_probed(
+    attributes: Mapping[str, AttrValue],
+    prefix: str,
+    keep_content: bool,
+    fallback_ids: Callable[[], Sequence[str | None]] | None,
+) -> tuple[RetrievedDocument, ...] | None:
+    """``resolve_documents`` for ``document_id = ["document.id"]`` over documents 0, 1, … read
+    key by key (``_probe`` of ``DOCUMENT_FIELDS``, inlined); None when that did not account
+    for every key starting with ``prefix``."""
+    table = _key_table(prefix, DOCUMENT_FIELDS)
+    get = attributes.get
+    missing = _MISSING
+    isfinite = math.isfinite
+    fallback: Sequence[str | None] | None = None
+    out: list[RetrievedDocument] = []
+    rank = 0
+    for id_key, score_key, content_key, metadata_key in table:
+        id_value = get(id_key, missing)
+        score = get(score_key, missing)
+        content = get(content_key, missing)
+        metadata = get(metadata_key, missing)
+        if id_value is missing and score is missing and content is missing and metadata is missing:
+            break
+        text = content if isinstance(content, str) else None
+        doc_id = (id_value or None) if type(id_value) is str else _id_text(id_value)
+        if doc_id is None and fallback_ids is not None:
+            if fallback is None:
+                fallback = fallback_ids()
+            doc_id = fallback[rank] if rank < len(fallback) else None
+        if not doc_id:
+            if text is not None:
+                doc_id = content_hash(text)
+            elif isinstance(metadata, (str, Mapping)):
+                doc_id = content_hash(
+                    metadata if isinstance(metadata, str) else json.dumps(metadata, sort_keys=True)
+                )
+            else:
+                doc_id = f"#{rank}"
+        if type(score) is float:
+            score = score if isfinite(score) else None
+        else:
+            score = as_float(score)
+        out.append(RetrievedDocument(doc_id, score, text if keep_content else None))
+        rank += 1
+    else:
+        return None
+    for key in attributes.keys() - chain.from_iterable(table[:rank]):
+        if key.startswith(prefix):
+            return None
+    return tuple(out)

@@ -2,11 +2,14 @@
 
 Each span is classified once (retriever, reranker, model call, or other) from
 ``openinference.span.kind``, else ``gen_ai.operation.name``, else OpenLLMetry's
-``llm.request.type``, else ``db.query.result`` events, else the presence of a ``gen_ai`` model.
-One depth-first walk then gives each span what its ancestors imply (inside a reranker, inside a
-retriever, inside a span of the same stage, under a model call carrying tokens) and one
-backward pass what its descendants imply. Only a few chosen spans have their documents or
-JSON parsed.
+``llm.request.type``, else ``db.query.result`` events, else the presence of a ``gen_ai`` model;
+a span the decoder kept no attribute or event of (plain HTTP/DB spans) is other without a look.
+One depth-first walk then gives each retriever, reranker and model-call span what its ancestors
+imply (inside a reranker, inside a retriever, inside a span of the same stage, under a model
+call carrying tokens; other spans pass it on unchanged) and notes the shallowest other spans
+with an input or an output; one backward pass gives what the descendants imply. Only a few
+chosen spans have their documents or JSON parsed; OpenInference's flattened documents are
+looked up key by key (``_common.resolve_flattened``), not found by scanning every attribute.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 from ragmon.conventions import genai, openinference, openllmetry
 from ragmon.conventions._common import (
     ConventionOptions,
-    RawDocument,
     Usage,
     answer_text,
     as_int,
@@ -27,6 +30,7 @@ from ragmon.conventions._common import (
     loads,
     query_text,
     resolve_documents,
+    resolve_flattened,
 )
 from ragmon.model import (
     Attributes,
@@ -71,11 +75,19 @@ _ENTRY_OUTPUTS = (openinference.OUTPUT_VALUE, openllmetry.ENTITY_OUTPUT, genai.O
 Purpose = Literal["generation", "rerank", "embedding", "other"]
 
 
+_OI_KINDS_EXACT = {
+    **_OI_KINDS,
+    **dict.fromkeys(("CHAIN", "TOOL", "AGENT", "GUARDRAIL", "EVALUATOR", "PROMPT"), _OTHER),
+}
+"""``openinference.span.kind`` values as instrumentations spell them (no ``upper()`` needed)."""
+
+
 def _kind(span: Span) -> int:
     a = span.attributes
     oi_kind = a.get(openinference.KIND)
     if isinstance(oi_kind, str):
-        return _OI_KINDS.get(oi_kind.upper(), _OTHER)
+        kind = _OI_KINDS_EXACT.get(oi_kind)
+        return kind if kind is not None else _OI_KINDS.get(oi_kind.upper(), _OTHER)
     op = a.get(genai.OPERATION)
     if isinstance(op, str):
         op = op.lower()
@@ -101,97 +113,188 @@ def _kind(span: Span) -> int:
     return _OTHER
 
 
-@dataclass(slots=True, eq=False)
 class _Node:
+    """A retriever, reranker or model-call span with what its ancestors imply (inherited from
+    ``parent``, its closest ancestor that has a node: other spans pass their ancestors' context
+    on unchanged), what its own attributes imply, and (``call_below``, ``tokened_below``,
+    filled by ``_walk``) what its descendants imply."""
+
+    __slots__ = (
+        "above",
+        "call_below",
+        "call_parent",
+        "docs",
+        "docs_above",
+        "kind",
+        "parent",
+        "purpose",
+        "span",
+        "stage",
+        "tokened_above",
+        "tokened_below",
+        "under_reranker",
+        "under_retriever",
+        "usage",
+    )
     span: Span
     kind: int
     parent: _Node | None
-    depth: int = 0
-    above: int = 0  # stages of the ancestors
-    stage: int = 0
-    under_reranker: bool = False
-    under_retriever: bool = False
-    docs: bool = False  # a retriever span listing documents
-    docs_above: bool = False
-    usage: Usage | None = None
-    tokened_above: bool = False
-    call_parent: _Node | None = None
-    call_below: bool = False
-    tokened_below: bool = False
-    purpose: Purpose = "other"
+    above: int
+    stage: int
+    under_reranker: bool
+    under_retriever: bool
+    docs: bool
+    docs_above: bool
+    usage: Usage | None
+    tokened_above: bool
+    call_parent: _Node | None
+    call_below: bool
+    tokened_below: bool
+    purpose: Purpose
+
+    def __init__(self, span: Span, kind: int, parent: _Node | None) -> None:
+        self.span = span
+        self.kind = kind
+        self.parent = parent
+        # what the ancestors imply
+        self.above = 0  # stages of the ancestors
+        self.under_reranker = False
+        self.under_retriever = False
+        self.docs_above = False  # under a retriever span listing documents
+        self.tokened_above = False  # under a model call carrying tokens
+        self.call_parent = None  # the closest model-call ancestor
+        if parent is not None:
+            parent_kind = parent.kind
+            self.above = parent.above | parent.stage
+            self.under_reranker = parent.under_reranker or parent_kind in (_RERANKER, _RERANK_CALL)
+            self.under_retriever = parent.under_retriever or parent_kind == _RETRIEVER
+            self.docs_above = parent.docs_above or parent.docs
+            if parent_kind in _CALLS:
+                self.call_parent = parent
+                self.tokened_above = parent.tokened_above or parent.usage is not None
+            else:
+                self.call_parent = parent.call_parent
+                self.tokened_above = parent.tokened_above
+        # what the descendants imply
+        self.call_below = False
+        self.tokened_below = False
+        # what the span's own attributes imply
+        self.stage = 0
+        self.docs = False  # a retriever span listing documents
+        self.usage = None
+        self.purpose = "other"
+        a = span.attributes
+        if kind == _RETRIEVER:
+            self.stage = _RETRIEVAL
+            self.docs = (
+                openinference.has_documents(a)
+                or genai.has_documents(a)
+                or openllmetry.has_documents(span)
+            )
+        elif kind == _RERANKER:
+            self.stage = _RERANK
+        else:  # a model call
+            self.usage = openinference.usage(a) or genai.usage(a) or openllmetry.usage(a)
+            if kind == _EMBEDDING:
+                self.purpose, self.stage = "embedding", _EMBED
+            elif kind == _RERANK_CALL or self.under_reranker:
+                self.purpose, self.stage = "rerank", _RERANK
+            elif self.under_retriever:
+                self.purpose = "other"  # e.g. query rewriting inside a retriever
+            else:
+                self.purpose, self.stage = "generation", _GENERATION
 
 
-def _inherit(node: _Node, parent: _Node) -> None:
-    node.depth = parent.depth + 1
-    node.above = parent.above | parent.stage
-    node.under_reranker = parent.under_reranker or parent.kind in (_RERANKER, _RERANK_CALL)
-    node.under_retriever = parent.under_retriever or parent.kind == _RETRIEVER
-    node.docs_above = parent.docs_above or parent.docs
-    parent_is_call = parent.kind in _CALLS
-    node.call_parent = parent if parent_is_call else parent.call_parent
-    node.tokened_above = parent.tokened_above or (parent_is_call and parent.usage is not None)
+@dataclass(slots=True)
+class _Walk:
+    """What one depth-first walk of a trace found."""
+
+    first: Span  # the span the walk started from
+    nodes: list[_Node]  # retriever, reranker and model-call spans, depth-first
+    query_span: Span | None  # the shallowest other span with an input (earliest if several)
+    answer_span: Span | None  # the same with an output
+    evented: list[Span]  # spans with events, depth-first
+    error: bool  # a span has status ERROR
 
 
-def _settle(node: _Node) -> None:
-    """Fill what the node's own attributes imply (after ``_inherit``)."""
-    kind, a = node.kind, node.span.attributes
-    if kind == _RETRIEVER:
-        node.stage = _RETRIEVAL
-        node.docs = (
-            openinference.has_documents(a)
-            or genai.has_documents(a)
-            or openllmetry.has_documents(node.span)
-        )
-    elif kind in (_RERANKER, _RERANK_CALL):
-        node.stage = _RERANK
-    if kind in _CALLS:
-        node.usage = openinference.usage(a) or genai.usage(a) or openllmetry.usage(a)
-        if kind == _EMBEDDING:
-            node.purpose, node.stage = "embedding", _EMBED
-        elif kind == _RERANK_CALL or node.under_reranker:
-            node.purpose, node.stage = "rerank", _RERANK
-        elif node.under_retriever:
-            node.purpose = "other"  # e.g. query rewriting inside a retriever
-        else:
-            node.purpose, node.stage = "generation", _GENERATION
+_IN0, _IN1, _IN2 = _ENTRY_INPUTS
+_OUT0, _OUT1, _OUT2 = _ENTRY_OUTPUTS
+_start_ns = attrgetter("start_ns")
 
 
-def _walk(trace: Trace) -> list[_Node]:
-    """Nodes in depth-first order (root first, siblings by start time)."""
+def _walk(trace: Trace) -> _Walk:
+    """Depth-first (root first, siblings by start time), classifying each span once; spans
+    without attributes or events (plain HTTP/DB spans: the decoder kept nothing of them) are
+    other spans without a look."""
     spans = trace.spans
     by_id = {s.span_id: s for s in spans}
     children: dict[bytes, list[Span]] = {}
     tops: list[Span] = []
+    error = False
     for span in spans:
+        if span.error:
+            error = True
         parent = span.parent_span_id
         if parent and parent in by_id and parent != span.span_id:
-            children.setdefault(parent, []).append(span)
+            kids = children.get(parent)
+            if kids is None:
+                children[parent] = [span]
+            else:
+                kids.append(span)
         else:
             tops.append(span)
-    root = trace.root
-    tops.sort(key=lambda s: (s is not root, s.start_ns))
-    order: list[_Node] = []
+    if len(tops) > 1:
+        root = trace.root
+        tops.sort(key=lambda s: (s is not root, s.start_ns))
+    nodes: list[_Node] = []
+    evented: list[Span] = []
+    query_span: Span | None = None
+    answer_span: Span | None = None
+    query_depth = answer_depth = 0
     seen: set[bytes] = set()
-    starts = list(reversed(tops))
+    starts = tops[::-1]
+    first = starts[-1] if starts else spans[0]
     while starts or len(seen) < len(by_id):
         if not starts:  # a parent cycle left spans unreached: start again from one of them
             starts = [next(s for s in spans if s.span_id not in seen)]
-        stack: list[tuple[Span, _Node | None]] = [(starts.pop(), None)]
+        stack: list[tuple[Span, _Node | None, int]] = [(starts.pop(), None, 0)]
         while stack:
-            span, parent_node = stack.pop()
-            if span.span_id in seen:
+            span, node, depth = stack.pop()
+            span_id = span.span_id
+            if span_id in seen:
                 continue
-            seen.add(span.span_id)
-            node = _Node(span, _kind(span), parent_node)
-            if parent_node is not None:
-                _inherit(node, parent_node)
-            _settle(node)
-            order.append(node)
-            kids = children.get(span.span_id)
+            seen.add(span_id)
+            a = span.attributes
+            if a or span.events:
+                kind = _kind(span)
+                if kind != _OTHER:
+                    node = _Node(span, kind, node)
+                    nodes.append(node)
+                elif a:
+                    # entry spans: the shallowest (then earliest) with an input, an output
+                    if (_IN0 in a or _IN1 in a or _IN2 in a) and (
+                        query_span is None
+                        or depth < query_depth
+                        or (depth == query_depth and span.start_ns < query_span.start_ns)
+                    ):
+                        query_span, query_depth = span, depth
+                    if (_OUT0 in a or _OUT1 in a or _OUT2 in a) and (
+                        answer_span is None
+                        or depth < answer_depth
+                        or (depth == answer_depth and span.start_ns < answer_span.start_ns)
+                    ):
+                        answer_span, answer_depth = span, depth
+                if span.events:
+                    evented.append(span)
+            kids = children.get(span_id)
             if kids:
-                kids.sort(key=lambda s: s.start_ns, reverse=True)
-                stack.extend((kid, node) for kid in kids)
-    for node in reversed(order):
+                depth += 1
+                if len(kids) == 1:
+                    stack.append((kids[0], node, depth))
+                else:
+                    kids.sort(key=_start_ns, reverse=True)
+                    stack.extend([(kid, node, depth) for kid in kids])
+    for node in reversed(nodes):
         up = node.parent
         if up is not None:
             is_call = node.kind in _CALLS
@@ -199,15 +302,18 @@ def _walk(trace: Trace) -> list[_Node]:
             up.tokened_below = (
                 up.tokened_below or (is_call and node.usage is not None) or node.tokened_below
             )
-    return order
+    return _Walk(first, nodes, query_span, answer_span, evented, error)
 
 
 def _first(attributes: Attributes, keys: tuple[str, ...]) -> str | None:
     for key in keys:
-        value = as_str(attributes.get(key))
-        if value is not None:
+        value = attributes.get(key)
+        if isinstance(value, str) and value:
             return value
     return None
+
+
+_NO_USAGE = Usage()
 
 
 def _llm_call(node: _Node) -> LlmCall:
@@ -218,7 +324,7 @@ def _llm_call(node: _Node) -> LlmCall:
         model = model or _first(up.span.attributes, _MODEL_KEYS)
         provider = provider or _first(up.span.attributes, _PROVIDER_KEYS)
         up = up.call_parent
-    usage = node.usage or Usage()
+    usage = node.usage or _NO_USAGE
     return LlmCall(
         model=model or "unknown",
         provider=provider,
@@ -240,20 +346,17 @@ def _counted(node: _Node) -> bool:
     return not node.call_below and not node.tokened_above
 
 
-def _raw_documents(span: Span) -> tuple[list[RawDocument], bool]:
-    """The span's documents and whether ids may be missing LangChain-style (OpenInference)."""
+def _retrieved(node: _Node, options: ConventionOptions) -> tuple[RetrievedDocument, ...]:
+    """The documents of a retriever span listing them, ranked and identified."""
+    span = node.span
     a = span.attributes
     if openinference.has_documents(a):
-        return openinference.documents(a), True
+        return resolve_flattened(
+            a, openinference.RETRIEVAL_DOCUMENTS, options, openinference.output_document_ids(span)
+        )
     if genai.has_documents(a):
-        return genai.documents(a), False
-    return openllmetry.documents(span), False
-
-
-def _retrieved(node: _Node, options: ConventionOptions) -> tuple[RetrievedDocument, ...]:
-    raw, openinference_style = _raw_documents(node.span)
-    fallback = openinference.output_document_ids(node.span) if openinference_style else None
-    return resolve_documents(raw, options, fallback)
+        return resolve_documents(genai.documents(a), options)
+    return resolve_documents(openllmetry.documents(span), options)
 
 
 def _grade(value: object) -> int | None:
@@ -286,21 +389,11 @@ def _labels(attributes: Attributes) -> dict[str, int] | None:
     return labels
 
 
-def _entry_text(nodes: list[_Node], keys: tuple[str, ...], want_query: bool) -> str | None:
-    """Text from the shallowest non-model span carrying an input (or output) attribute (the
-    earliest started among equally shallow ones)."""
-    best: _Node | None = None
-    for node in nodes:
-        if node.kind == _OTHER and (
-            best is None
-            or node.depth < best.depth
-            or (node.depth == best.depth and node.span.start_ns < best.span.start_ns)
-        ):
-            a = node.span.attributes
-            if keys[0] in a or keys[1] in a or keys[2] in a:
-                best = node
-    if best is not None:
-        a = best.span.attributes
+def _entry_text(span: Span | None, keys: tuple[str, ...], want_query: bool) -> str | None:
+    """Text from the entry span the walk found (the shallowest non-model span carrying an input,
+    or an output, attribute)."""
+    if span is not None:
+        a = span.attributes
         if keys[0] in a:
             mime = a.get(
                 openinference.INPUT_MIME_TYPE if want_query else openinference.OUTPUT_MIME_TYPE
@@ -353,51 +446,68 @@ def _variant(span: Span | None, attribute: str) -> str:
 
 def extract_rag_record(trace: Trace, options: ConventionOptions) -> RagRecord | None:
     """Read one finished trace; None when it has no retrieval, rerank or LLM span."""
-    if not trace.spans:
+    spans = trace.spans
+    if not spans:
         return None
-    nodes = _walk(trace)
+    walk = _walk(trace)
     retrievers: list[_Node] = []
     rerankers: list[_Node] = []
     calls: list[_Node] = []
+    generation: list[_Node] = []
     stage_seconds: dict[Stage, float] = {}
-    for node in nodes:
+    for node in walk.nodes:
         kind = node.kind
         if kind == _RETRIEVER:
             retrievers.append(node)
-        elif kind in _CALLS:
-            calls.append(node)
-        if kind in (_RERANKER, _RERANK_CALL):
+        elif kind == _RERANKER:
             rerankers.append(node)
-        if node.stage and not node.above & node.stage:
-            name = _STAGE_NAMES[node.stage]
+        else:
+            calls.append(node)
+            if kind == _RERANK_CALL:
+                rerankers.append(node)
+            elif node.purpose == "generation":
+                generation.append(node)
+        stage = node.stage
+        if stage and not node.above & stage:
+            name = _STAGE_NAMES[stage]
             seconds = max(0, node.span.end_ns - node.span.start_ns) / 1e9
             stage_seconds[name] = stage_seconds.get(name, 0.0) + seconds
     if not retrievers and not rerankers and not any(n.kind != _EMBEDDING for n in calls):
         return None
 
     root = trace.root
-    top = root if root is not None else nodes[0].span
+    top = root if root is not None else walk.first
 
-    with_docs = [n for n in retrievers if n.docs and not n.docs_above]
-    chosen = min(with_docs, key=lambda n: n.span.start_ns) if with_docs else None
+    chosen: _Node | None = None  # the outermost retriever listing documents (earliest if several)
+    for node in retrievers:
+        if (
+            node.docs
+            and not node.docs_above
+            and (chosen is None or node.span.start_ns < chosen.span.start_ns)
+        ):
+            chosen = node
     retrieved = _retrieved(chosen, options) if chosen is not None else ()
 
     reranked: tuple[RetrievedDocument, ...] | None = None
-    reranked_nodes = [n for n in rerankers if openinference.has_reranked(n.span.attributes)]
-    if reranked_nodes:
-        outer = [n for n in reranked_nodes if not _has_ancestor_in(n, reranked_nodes)]
-        first = min(outer, key=lambda n: n.span.start_ns)
-        reranked = resolve_documents(openinference.reranked(first.span.attributes), options)
+    if rerankers:
+        reranked_nodes = [n for n in rerankers if openinference.has_reranked(n.span.attributes)]
+        if reranked_nodes:
+            outer = [n for n in reranked_nodes if not _has_ancestor_in(n, reranked_nodes)]
+            first = min(outer, key=lambda n: n.span.start_ns)
+            reranked = resolve_flattened(
+                first.span.attributes, openinference.RERANKER_OUTPUT_DOCUMENTS, options
+            )
 
-    generation = [n for n in calls if n.purpose == "generation"]
-    query = _entry_text(nodes, _ENTRY_INPUTS, want_query=True)
-    if query is None:
-        for node in ([chosen] if chosen is not None else []) + [
-            n for n in retrievers if n is not chosen
-        ]:
-            query = _retrieval_query(node)
-            if query is not None:
-                break
+    query = _entry_text(walk.query_span, _ENTRY_INPUTS, want_query=True)
+    if query is None and retrievers:
+        if chosen is not None:
+            query = _retrieval_query(chosen)
+        if query is None:
+            for node in retrievers:
+                if node is not chosen:
+                    query = _retrieval_query(node)
+                    if query is not None:
+                        break
     if query is None:
         for node in rerankers:
             query = as_str(node.span.attributes.get(openinference.RERANKER_QUERY))
@@ -406,45 +516,47 @@ def extract_rag_record(trace: Trace, options: ConventionOptions) -> RagRecord | 
     if query is None:
         query = next((q for q in map(_call_query, generation) if q), None)
 
-    answer = _entry_text(nodes, _ENTRY_OUTPUTS, want_query=False)
+    answer = _entry_text(walk.answer_span, _ENTRY_OUTPUTS, want_query=False)
     if answer is None:
         latest = sorted(generation, key=lambda n: n.span.end_ns, reverse=True)
         answer = next((t for t in map(_call_answer, latest) if t), None)
 
-    relevance: dict[str, int] | None = None
-    label_spans = ([chosen.span] if chosen is not None else []) + [
-        n.span for n in retrievers if n is not chosen
-    ]
-    for span in (*label_spans, top):
-        relevance = _labels(span.attributes)
-        if relevance is not None:
-            break
+    # labels: on the chosen retriever span, another retriever span, else the root
+    relevance = _labels(chosen.span.attributes) if chosen is not None else None
+    if relevance is None:
+        for node in retrievers:
+            if node is not chosen:
+                relevance = _labels(node.span.attributes)
+                if relevance is not None:
+                    break
+        if relevance is None:
+            relevance = _labels(top.attributes)
 
     evaluations: list[Evaluation] = []
-    for node in nodes:
-        if node.span.events:
-            evaluations.extend(genai.evaluations(node.span))
+    for span in walk.evented:
+        evaluations.extend(genai.evaluations(span))
 
     return RagRecord(
         trace_id=trace.trace_id,
-        service=top.service or next((s.service for s in trace.spans if s.service), ""),
+        service=top.service or next((s.service for s in spans if s.service), ""),
         variant=_variant(top, options.variant_attribute),
-        start_ns=top.start_ns if root is not None else min(s.start_ns for s in trace.spans),
-        end_ns=top.end_ns if root is not None else max(s.end_ns for s in trace.spans),
-        error=any(s.error for s in trace.spans),
+        start_ns=top.start_ns if root is not None else min(s.start_ns for s in spans),
+        end_ns=top.end_ns if root is not None else max(s.end_ns for s in spans),
+        error=walk.error,
         query=query,
         retrieved=retrieved,
         reranked=reranked,
         answer=answer,
         relevance=relevance,
         reference_answer=as_str(top.attributes.get(REFERENCE_ANSWER)),
-        llm_calls=tuple(_llm_call(n) for n in calls if _counted(n)),
+        llm_calls=tuple([_llm_call(n) for n in calls if _counted(n)]),
         stage_seconds=stage_seconds,
         evaluations=tuple(evaluations),
         has_retrieval=chosen is not None
         or any(genai.RETRIEVAL_DOCUMENTS in n.span.attributes for n in retrievers)
         or any(openinference.reports_no_documents(n.span) for n in retrievers),
         content_recorded=query is not None or answer is not None,
+        root_span_id=root.span_id if root is not None else b"",
     )
 
 

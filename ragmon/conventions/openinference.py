@@ -87,7 +87,8 @@ _FIRST_RERANKED = tuple(
 
 def has_documents(attributes: Attributes) -> bool:
     """True when the span lists retrieved documents (cheap: looks at the first one only)."""
-    return any(key in attributes for key in _FIRST)
+    k0, k1, k2, k3 = _FIRST
+    return k0 in attributes or k1 in attributes or k2 in attributes or k3 in attributes
 
 
 def documents(attributes: Attributes) -> list[RawDocument]:
@@ -97,7 +98,8 @@ def documents(attributes: Attributes) -> list[RawDocument]:
 
 def has_reranked(attributes: Attributes) -> bool:
     """True when a RERANKER span lists its output documents."""
-    return any(key in attributes for key in _FIRST_RERANKED)
+    k0, k1, k2, k3 = _FIRST_RERANKED
+    return k0 in attributes or k1 in attributes or k2 in attributes or k3 in attributes
 
 
 def reranked(attributes: Attributes) -> list[RawDocument]:
@@ -151,7 +153,10 @@ def usage(attributes: Attributes) -> Usage | None:
 
 def cost(attributes: Attributes) -> float | None:
     """``llm.cost.total``, else ``llm.cost.prompt`` + ``llm.cost.completion``; None when absent."""
-    total = as_float(attributes.get(COST_TOTAL))
+    raw_total = attributes.get(COST_TOTAL)
+    if raw_total is None and COST_PROMPT not in attributes and COST_COMPLETION not in attributes:
+        return None  # the common case: no cost recorded
+    total = as_float(raw_total)
     if total is not None:
         return total if total >= 0 else None
     parts = [as_float(attributes.get(COST_PROMPT)), as_float(attributes.get(COST_COMPLETION))]
