@@ -13,9 +13,10 @@ import contextlib
 import hmac
 import html
 import logging
+import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -28,6 +29,7 @@ from ragmon.assembly import TraceAssembler
 from ragmon.config import Config, parse_duration, parse_listen
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
 from ragmon.exporter import RagMetrics, StatsCollector, self_metrics
+from ragmon.judge.stage import JudgeStage
 from ragmon.relevance import Qrels, read_qrels
 from ragmon.pipeline import Pipeline
 from ragmon.pricing import Pricer
@@ -58,6 +60,8 @@ class Sidecar:
     config: Config = field(default_factory=Config)
     clock: Callable[[], float] = time.monotonic
     ports: _Bound = field(default_factory=_Bound)
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    """Where the judge's key and base URL are read from (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -74,11 +78,13 @@ class Sidecar:
         self.assembler = TraceAssembler.from_config(cfg.traces)
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
         pricer = Pricer.from_config(cfg)
+        self.judge = JudgeStage(cfg.judge, self.metrics, pricer, self.clock, self.environ)
         self.pipeline = Pipeline(
             assembler=self.assembler,
             extract=lambda trace: extract_rag_record(trace, options),
             score=lambda record: score_record(record, cfg.scoring.k, pricer, golden),
             metrics=self.metrics,
+            after=self.judge.observe,
             clock=self.clock,
             max_queued_spans=cfg.receiver.max_queued_spans,
             max_queued_bytes=cfg.receiver.max_queued_bytes,
@@ -88,6 +94,7 @@ class Sidecar:
         self.registry.register(
             StatsCollector(lambda: self_metrics(self.ingest, self.assembler.stats(), self.pipeline.stats()))
         )
+        self.registry.register(StatsCollector(self.judge.collect))
         self._runners: list[web.AppRunner] = []
         self._grpc: grpc.aio.Server | None = None
         self.worker: asyncio.Task[None] | None = None
@@ -138,6 +145,7 @@ class Sidecar:
             ("requests scored", str(stats.records)),
             ("traces ignored (no retrieval or LLM span)", str(stats.ignored)),
             ("retrievals without relevance", str(stats.unlabelled)),
+            ("judge", self.judge.mode),
         ]
         notes = []
         if stats.without_content:
@@ -164,6 +172,8 @@ class Sidecar:
     async def start(self) -> None:
         """Start the worker, the receivers and the metrics server; log what was bound."""
         cfg = self.config
+        await self.judge.start()
+        log.info("judge: %s", self.judge.mode)
         self.worker = asyncio.create_task(self.pipeline.run(), name="ragmon-pipeline")
         metrics_address = parse_listen(cfg.metrics.listen)
         if metrics_address is not None:
@@ -192,6 +202,7 @@ class Sidecar:
                 self.worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self.worker
+        await self.judge.stop(min(5.0, timeout))  # "waits briefly for in-flight judgements"
         if self._grpc is not None:
             await self._grpc.stop(1.0)
         for runner in reversed(self._runners):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
@@ -36,15 +36,16 @@ from ragmon.series import (
 
 if TYPE_CHECKING:
     from ragmon.pipeline import PipelineStats
-from ragmon.scoring import RecordScores
+from ragmon.scoring import RecordScores, RetrievalScore
 
-__all__ = ["LATENCY_BUCKETS", "SCORE_BUCKETS", "RagMetrics", "StatsCollector", "self_metrics"]
+__all__ = ["GENERATION_SCORES", "LATENCY_BUCKETS", "SCORE_BUCKETS", "RagMetrics", "StatsCollector", "self_metrics"]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
 MeanKey = tuple[str, str, str, str, str]
-"""(gauge, service, variant, source, k) of a mean series; "" where a label does not apply."""
+"""(gauge, service, variant, source, detail) of a mean series: ``detail`` is ``k`` for retrieval
+gauges and ``judge`` for generation gauges; "" where a label does not apply."""
 LatencyKey = tuple[str, str, str]
 """(service, variant, stage)."""
 K = TypeVar("K", bound=Hashable)
@@ -57,7 +58,18 @@ _MEAN_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ragmon_retrieval_ndcg_mean": ("Mean NDCG@k over the window.", ("source", "k")),
     "ragmon_cost_usd_per_request": ("Mean cost of a request in USD over the window (requests whose every model call was priced).", ()),
     "ragmon_error_ratio": ("Share of requests whose trace had an error over the window.", ()),
+    "ragmon_faithfulness_mean": ("Mean faithfulness (supported claims / claims) over the window.", ("source", "judge")),
+    "ragmon_answer_relevance_mean": ("Mean answer relevance over the window.", ("source", "judge")),
+    "ragmon_context_relevance_mean": ("Mean context relevance (relevant documents / documents) over the window.", ("source", "judge")),
+    "ragmon_answer_correctness_mean": ("Mean answer correctness (covered reference claims / claims) over the window.", ("source", "judge")),
 }
+GENERATION_SCORES: dict[str, str] = {
+    "faithfulness": "Faithfulness per judged answer: supported claims / claims.",
+    "answer_relevance": "Answer relevance per judged answer: 1 yes, 0.5 partial, 0 no.",
+    "context_relevance": "Context relevance per judged retrieval: relevant documents / documents.",
+    "answer_correctness": "Answer correctness per judged answer: covered reference claims / claims.",
+}
+"""Generation-quality scores (histogram ``ragmon_<name>``, gauge ``ragmon_<name>_mean``)."""
 
 
 def _window_label(seconds: float) -> str:
@@ -92,7 +104,7 @@ class _WindowCollector(Collector):
             gauge, service, variant, source, k = reading.key
             window = _window_label(reading.window)
             extra = _MEAN_GAUGES[gauge][1]
-            values = {"source": source, "k": k}
+            values = {"source": source, "k": k, "judge": k}
             families[gauge].add_metric([service, variant, *(values[e] for e in extra), window], reading.mean)
             sample_key = (service, variant, source, gauge, window)
             if sample_key not in counted:
@@ -265,11 +277,17 @@ class RagMetrics:
         self.recall = HistogramFamily("ragmon_retrieval_recall", "Recall@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
         self.precision = HistogramFamily("ragmon_retrieval_precision", "Precision@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
         self.ndcg = HistogramFamily("ragmon_retrieval_ndcg", "NDCG@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
+        gen = [*src, "judge"]
+        self.generation = {
+            name: HistogramFamily(f"ragmon_{name}", doc, gen, SCORE_BUCKETS, wall)
+            for name, doc in GENERATION_SCORES.items()
+        }
+        self._generation: dict[tuple[str, str, str, str, str], _Stream[MeanKey]] = {}
         registry.register(SeriesCollector(
             [
                 self.traces, self.trace_errors, self.duration, self.tokens, self.cost, self.unpriced,
                 self.without_usage, self.queries, self.unlabelled, self.hits, self.rr, self.recall,
-                self.precision, self.ndcg,
+                self.precision, self.ndcg, *self.generation.values(),
             ],
             before=self.flush,
         ))
@@ -346,23 +364,56 @@ class RagMetrics:
         if scores.unlabelled:
             self.unlabelled.cell((service, variant)).inc()
         for score in scores.retrieval:
-            series = self._retrieval.get((service, variant, score.source)) or self._retrieval_series(
-                service, variant, score.source
-            )
-            series.queries.inc()
-            stream = series.rr
-            if not stream.values:
-                means.extend(series.streams)
-            stream.values.append(score.reciprocal_rank)
-            stream.trace_ids.append(trace_id)
-            hit_at, recall_at, precision_at, ndcg_at = score.hit, score.recall, score.precision, score.ndcg
-            for k, hits, hit_values, recall_values, precision_values, ndcg_values in series.per_k:
-                hit = hit_at[k]
-                hits.inc(hit)
-                hit_values.append(hit)
+            self._observe_retrieval(service, variant, score, trace_id)
+
+    def _observe_retrieval(self, service: str, variant: str, score: RetrievalScore, trace_id: str) -> None:
+        series = self._retrieval.get((service, variant, score.source)) or self._retrieval_series(
+            service, variant, score.source
+        )
+        series.queries.inc()
+        stream = series.rr
+        if not stream.values:
+            self._pending_means.extend(series.streams)
+        stream.values.append(score.reciprocal_rank)
+        stream.trace_ids.append(trace_id)
+        hit_at, recall_at, precision_at, ndcg_at = score.hit, score.recall, score.precision, score.ndcg
+        full = bool(recall_at)  # the judge source has no recall or NDCG (SPEC §5)
+        for k, hits, hit_values, recall_values, precision_values, ndcg_values in series.per_k:
+            hit = hit_at[k]
+            hits.inc(hit)
+            hit_values.append(hit)
+            precision_values.append(precision_at[k])
+            if full:
                 recall_values.append(recall_at[k])
-                precision_values.append(precision_at[k])
                 ndcg_values.append(ndcg_at[k])
+
+    def observe_judged(
+        self, record: RagRecord, source: str, judge: str, scores: Mapping[str, float],
+        retrieval: RetrievalScore | None, now: float,
+    ) -> None:
+        """Fold one judgement in: generation scores by name (``GENERATION_SCORES``) under
+        (``source``, ``judge``), and the judge's retrieval score (source ``judge``) if any."""
+        if now != self._now:
+            self.flush()
+            self._now = now
+        service = self.limit("service", record.service or "unknown")
+        variant = self.limit("variant", record.variant or "default")
+        trace_id = record.trace_id.hex()
+        for name, value in scores.items():
+            key = (name, service, variant, source, judge)
+            stream = self._generation.get(key)
+            if stream is None:
+                family = self.generation[name]
+                stream = self._generation[key] = _Stream(
+                    (f"ragmon_{name}_mean", service, variant, source, judge),
+                    (family, family.series((service, variant, source, judge))),
+                )
+            if not stream.values:
+                self._pending_means.append(stream)
+            stream.values.append(value)
+            stream.trace_ids.append(trace_id)
+        if retrieval is not None:
+            self._observe_retrieval(service, variant, retrieval, trace_id)
 
     def flush(self) -> None:
         """Fold the buffered values into the rolling windows (at the ``now`` they were observed
@@ -415,7 +466,8 @@ class RagMetrics:
                 _Stream((gauge, service, variant, source, ks)) for gauge in _PER_K_GAUGES
             )
             for stream, family in ((recall, self.recall), (precision, self.precision), (ndcg, self.ndcg)):
-                stream.histogram = (family, family.series((*labels, ks)))
+                if source != "judge" or family is self.precision:  # no recall or NDCG from the judge
+                    stream.histogram = (family, family.series((*labels, ks)))
             streams.extend((hit, recall, precision, ndcg))
             per_k.append((k, self.hits.cell((*labels, ks)), hit.values, recall.values, precision.values, ndcg.values))
         series = self._retrieval[labels] = _RetrievalSeries(

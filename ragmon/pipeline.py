@@ -51,6 +51,7 @@ class Pipeline:
         extract: Callable[[Trace], RagRecord | None],
         score: Callable[[RagRecord], RecordScores],
         metrics: RagMetrics,
+        after: Callable[[RagRecord, float], None] | None = None,
         clock: Callable[[], float],
         max_queued_spans: int,
         max_queued_bytes: int = 128 * 1024 * 1024,
@@ -60,6 +61,8 @@ class Pipeline:
         self._extract = extract
         self._score = score
         self._metrics = metrics
+        self._after = after
+        """Called with each scored record (the judge stage); must not wait."""
         self._clock = clock
         self._max_queued = max_queued_spans
         self._max_queued_bytes = max_queued_bytes
@@ -150,6 +153,8 @@ class Pipeline:
                         continue
                     scores = self._score(record)
                     self._metrics.observe(record, scores, now)
+                    if self._after is not None:
+                        self._after(record, now)
                 except Exception:  # one bad trace must not stop the worker
                     self._dropped["trace_error"] += 1
                     log.exception("could not score trace %s", trace.trace_id.hex())

@@ -1,0 +1,203 @@
+"""The judge stage of ``ragmon run``: every scored record passes here after the metrics.
+
+- ``gen_ai.evaluation.result`` events the app put in its trace are exported as they are
+  (source ``app``, judge ``app``) when their name is one of ragmon's generation scores;
+- with a judge endpoint, the record is offered to the sampled LLM judge (``Judge.submit``
+  never waits); its scores arrive later as source ``judge``, judge ``llm``, and its
+  per-document relevance verdicts become the ``judge`` relevance source (hit rate, MRR and
+  precision@k);
+- with no endpoint, the sampled share of records gets the offline lexical faithfulness
+  estimate (source ``judge``, judge ``lexical``), so generation panels are never empty;
+- with ``[judge] export_endpoint``, judge and lexical scores are sent onward as OTLP spans
+  carrying ``gen_ai.evaluation.result`` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from ragmon.config import JudgeConfig, parse_duration
+from ragmon.exporter import GENERATION_SCORES, RagMetrics
+from ragmon.judge.breaker import BreakerState
+from ragmon.judge.client import JudgeClient, endpoint_from_config
+from ragmon.judge.lexical import lexical_faithfulness
+from ragmon.judge.onward import EvaluationResult, EvaluationSender
+from ragmon.judge.prompts import EVALUATORS
+from ragmon.judge.runner import OUTCOMES, CompletionClient, Judge, Judgement
+from ragmon.judge.sampling import sampled
+from ragmon.model import RagRecord
+from ragmon.pricing import Pricer
+from ragmon.scoring import final_ranking, score_judged_retrieval
+
+__all__ = ["APP_EVALUATION_NAMES", "JudgeStage"]
+
+log = logging.getLogger("ragmon")
+
+APP_EVALUATION_NAMES: Final[Mapping[str, str]] = {
+    "faithfulness": "faithfulness",
+    "groundedness": "faithfulness",
+    "answer_relevance": "answer_relevance",
+    "answer_relevancy": "answer_relevance",
+    "relevance": "answer_relevance",
+    "context_relevance": "context_relevance",
+    "context_relevancy": "context_relevance",
+    "answer_correctness": "answer_correctness",
+    "correctness": "answer_correctness",
+}
+"""``gen_ai.evaluation.name`` values (case-insensitive) read as ragmon's generation scores."""
+
+
+class JudgeStage:
+    """App evaluations, the LLM judge or the lexical estimate, and the onward sender."""
+
+    def __init__(
+        self,
+        config: JudgeConfig,
+        metrics: RagMetrics,
+        pricer: Pricer,
+        clock: Callable[[], float],
+        environ: Mapping[str, str],
+        *,
+        client: CompletionClient | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._config = config
+        self._metrics = metrics
+        self._clock = clock
+        self._rng = rng or random.Random()
+        endpoint = endpoint_from_config(config, environ)
+        if client is None and endpoint is not None:
+            client = JudgeClient(endpoint, config.model, parse_duration(config.timeout))
+        self.judge: Judge | None = (
+            Judge(config, client, pricer, clock, self._on_judgement, self._rng) if client is not None else None
+        )
+        self.sender = EvaluationSender(config.export_endpoint, rng=self._rng) if config.export_endpoint else None
+        self._sender_task: asyncio.Task[None] | None = None
+        self._lexical = 0
+        self._app = 0
+
+    @property
+    def mode(self) -> str:
+        """``llm`` with an endpoint, else ``lexical``."""
+        return "llm" if self.judge is not None else "lexical"
+
+    async def start(self) -> None:
+        """Start the judge's workers and the sender."""
+        if self.judge is not None:
+            await self.judge.start()
+        if self.sender is not None:
+            self._sender_task = asyncio.create_task(self.sender.run(), name="ragmon-evaluation-sender")
+
+    async def stop(self, timeout: float) -> None:
+        """Let in-flight judgements finish (up to ``timeout``), then flush the sender."""
+        if self.judge is not None:
+            await self.judge.stop(timeout)
+        if self.sender is not None and self._sender_task is not None:
+            await self.sender.close()
+            try:
+                await asyncio.wait_for(self._sender_task, timeout)
+            except TimeoutError:
+                log.warning("evaluation sender did not finish in %.0fs", timeout)
+
+    def observe(self, record: RagRecord, now: float) -> None:
+        """Everything the judge stage does for one scored record (never waits)."""
+        app: dict[str, float] = {}
+        for evaluation in record.evaluations:
+            name = APP_EVALUATION_NAMES.get(evaluation.name.strip().lower())
+            score = evaluation.score
+            if name is not None and score is not None and 0.0 <= score <= 1.0:
+                app[name] = score
+        if app:
+            self._app += 1
+            self._metrics.observe_judged(record, "app", "app", app, None, now)
+        if self.judge is not None:
+            self.judge.submit(record, now)
+            return
+        if not sampled(record.trace_id, self._config.sample_rate) or not self._config.send_documents:
+            return
+        docs = record.reranked if record.reranked is not None else record.retrieved
+        if not docs or any(d.content is None for d in docs):
+            return
+        score = lexical_faithfulness(record.answer, (d.content for d in docs))
+        if score is not None:
+            self._lexical += 1
+            self._metrics.observe_judged(record, "judge", "lexical", {"faithfulness": score}, None, now)
+            self._send(record, {"faithfulness": score}, "lexical")
+
+    def _on_judgement(self, record: RagRecord, judgement: Judgement) -> None:
+        scores = judgement.scores
+        if judgement.outcome != "ok" or scores is None:
+            return
+        values = {
+            name: value
+            for name in GENERATION_SCORES
+            if (value := getattr(scores, name)) is not None
+        }
+        retrieval = None
+        if scores.relevant_document_ids is not None and record.has_retrieval:
+            retrieval = score_judged_retrieval(final_ranking(record), scores.relevant_document_ids, self._metrics.ks)
+        if values or retrieval is not None:
+            self._metrics.observe_judged(record, "judge", "llm", values, retrieval, self._clock())
+        if values:
+            self._send(record, values, "llm")
+
+    def _send(self, record: RagRecord, scores: Mapping[str, float], judge: str) -> None:
+        if self.sender is None:
+            return
+        self.sender.offer(
+            EvaluationResult(
+                trace_id=record.trace_id,
+                parent_span_id=record.root_span_id,
+                span_id=self._rng.getrandbits(64).to_bytes(8, "big") or b"\x01" * 8,
+                time_ns=record.end_ns,
+                scores=dict(scores),
+                judge=judge,
+            )
+        )
+
+    def collect(self) -> Iterable[Metric]:
+        """The judge's own series (SPEC §6 self-metrics)."""
+        requests = CounterMetricFamily(
+            "ragmon_judge_requests", "Judge outcomes per evaluator (one request covers several evaluators of a trace).",
+            labels=["evaluator", "outcome"],
+        )
+        cost = CounterMetricFamily("ragmon_judge_cost_usd", "USD spent on the judge's own tokens.")
+        unpriced = CounterMetricFamily("ragmon_judge_unpriced_tokens", "Judge tokens of a model with no known price.")
+        cache = CounterMetricFamily("ragmon_judge_cache_hits", "Judgements served from the cache (identical query, answer, contexts).")
+        queue = GaugeMetricFamily("ragmon_judge_queue", "Sampled traces waiting for a judge slot.")
+        in_flight = GaugeMetricFamily("ragmon_judge_in_flight", "Judge calls in progress.")
+        breaker = GaugeMetricFamily("ragmon_judge_breaker_open", "1 while the circuit breaker stops judge calls.")
+        mode = GaugeMetricFamily("ragmon_judge_info", "Which judge runs: llm (an endpoint) or lexical.", labels=["judge"])
+        mode.add_metric([self.mode], 1)
+        lexical = CounterMetricFamily("ragmon_judge_lexical", "Records given the lexical faithfulness estimate.")
+        lexical.add_metric([], self._lexical)
+        app = CounterMetricFamily("ragmon_app_evaluations", "Records carrying gen_ai.evaluation.result events ragmon reads.")
+        app.add_metric([], self._app)
+        if self.judge is not None:
+            stats = self.judge.stats()
+            for evaluator in EVALUATORS:
+                if evaluator in self._config.evaluators:
+                    for outcome in OUTCOMES:
+                        requests.add_metric([evaluator, outcome], stats.counts.get((evaluator, outcome), 0))
+            cost.add_metric([], stats.cost_usd)
+            unpriced.add_metric([], stats.unpriced_tokens)
+            cache.add_metric([], stats.cache_hits)
+            queue.add_metric([], stats.queue_depth)
+            in_flight.add_metric([], stats.in_flight)
+            breaker.add_metric([], 1 if stats.breaker is BreakerState.OPEN else 0)
+        families: list[Metric] = [requests, cost, unpriced, cache, queue, in_flight, breaker, mode, lexical, app]
+        if self.sender is not None:
+            sent = self.sender.stats()
+            exported = CounterMetricFamily(
+                "ragmon_evaluations_exported", "Evaluation results sent onward over OTLP, by outcome.", labels=["outcome"]
+            )
+            for result, n in (("sent", sent.sent), ("dropped", sent.dropped), ("failed", sent.failed)):
+                exported.add_metric([result], n)
+            families.append(exported)
+        return families
