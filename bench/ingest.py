@@ -21,8 +21,9 @@ the SDK's exporter sends them). Each trace has 6-10 spans: a root CHAIN span
 (``llm.model_name``, ``llm.provider``, ``llm.token_count.*``, ``llm.invocation_parameters``,
 system + user input messages carrying the retrieved context, the output message), and 2-6
 spans ragmon ignores (HTTP client spans under the model calls, a vector-database query, a
-cache lookup, a rate-limit check, a guardrail check). Every trace id starts with the same 10
-bytes (a random marker and a zero "generation"); the load generator replaces the generation
+cache lookup, a rate-limit check, a guardrail check). Every trace id starts with the same 8
+bytes (a random marker and a zero "generation") and ends with 8 random bytes (so trace-id
+sampling, e.g. the judge's, picks its usual share); the load generator replaces the generation
 with a counter (one ``bytes.replace``) on every post, so no trace id is ever sent twice and
 traces never collide or count as late.
 
@@ -115,8 +116,10 @@ PROTOBUF = "application/x-protobuf"
 SERVERS: tuple[str, str] = ("ragmon", "baseline")
 PORT_LINE = re.compile(r"OTLP/HTTP on 127\.0\.0\.1:(\d+)")
 METRICS_LINE = re.compile(r"metrics on 127\.0\.0\.1:(\d+)")
-MARKER_BYTES = 6
-"""Random bytes every trace id starts with, followed by a 4-byte generation (0 in the bodies)."""
+MARKER_BYTES = 4
+"""Random bytes every trace id starts with, followed by a 4-byte generation (0 in the bodies)
+and 8 random bytes: the low 64 bits are random, as the W3C trace-id sampling rule (and
+ragmon's judge sampling) expects of real traffic."""
 GENERATION_BYTES = 4
 BACKOFF_503 = 0.05
 RSS_INTERVAL = 0.5
@@ -237,17 +240,13 @@ def build_traffic(batches: int, spans_per_body: int, seed: int) -> Traffic:
     marker = rng.randbytes(MARKER_BYTES) + bytes(GENERATION_BYTES)
 
     class MarkedIds(IdGenerator):
-        """Trace ids ``marker + 6-byte counter``; random span ids."""
-
-        def __init__(self) -> None:
-            self.count = 0
+        """Trace ids ``marker + 8 random bytes``; random span ids."""
 
         def generate_span_id(self) -> int:
             return rng.getrandbits(64) or 1
 
         def generate_trace_id(self) -> int:
-            self.count += 1
-            return int.from_bytes(marker + self.count.to_bytes(6, "big"), "big")
+            return int.from_bytes(marker + rng.randbytes(8), "big")
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider(
