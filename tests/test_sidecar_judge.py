@@ -91,7 +91,8 @@ def exporter(car: Sidecar) -> HttpExporter:
 
 def finish(car: Sidecar, clock: FakeClock, n: int, before: int = 0) -> None:
     """Wait for ``n`` new traces, end their grace, wait until they are scored."""
-    wait_for(lambda: car.assembler.stats().traces_pending == n)
+    # every span of the new traces held (roots are exported last), then past the grace
+    wait_for(lambda: car.assembler.stats().spans_held == 3 * n)
     clock.now += 3.0
     wait_for(lambda: car.pipeline.stats().records == before + n)
 
