@@ -154,7 +154,7 @@ class JudgeStage:
             EvaluationResult(
                 trace_id=record.trace_id,
                 parent_span_id=record.root_span_id,
-                span_id=self._rng.getrandbits(64).to_bytes(8, "big") or b"\x01" * 8,
+                span_id=(self._rng.getrandbits(64) or 1).to_bytes(8, "big"),
                 time_ns=record.end_ns,
                 scores=dict(scores),
                 judge=judge,
