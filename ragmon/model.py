@@ -58,9 +58,12 @@ class SpanEvent:
     attributes: Attributes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Span:
-    """One span, reduced to what ragmon reads.
+    """One span, reduced to what ragmon reads; never changed once made.
+
+    Not ``frozen``: a frozen dataclass's ``__init__`` costs 4x a plain one (one
+    ``object.__setattr__`` call per field), and the decoder makes one per span received.
 
     Ids are raw bytes (16 for a trace, 8 for a span); ``parent_span_id`` is ``b""`` for a root.
     ``flags`` are OTLP span flags (bits 0x100/0x200 tell whether the parent is remote).
@@ -113,10 +116,11 @@ Stage: TypeAlias = Literal["retrieval", "rerank", "generation", "embedding"]
 """Pipeline stages with their own latency (``total`` is the whole trace)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RetrievedDocument:
     """One ranked document: the id used for scoring (see ``[scoring] document_id``), its
-    retriever score and content when the span carried them."""
+    retriever score and content when the span carried them. Never changed once made (not
+    ``frozen`` for the same reason as ``Span``)."""
 
     id: str
     score: float | None = None

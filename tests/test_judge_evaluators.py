@@ -18,7 +18,7 @@ from ragmon.judge.evaluators import (
     parse_verdict,
     score_verdicts,
 )
-from ragmon.judge.lexical import content_tokens, lexical_faithfulness, split_sentences
+from ragmon.judge.lexical import STOPWORDS, content_tokens, lexical_faithfulness, split_sentences
 from ragmon.judge.prompts import EVALUATORS, JudgeRequest, build_judge_request, neutralize
 from ragmon.metrics.retrieval import hit_at_k, precision_at_k, reciprocal_rank
 from ragmon.model import RagRecord, RetrievedDocument
@@ -406,6 +406,14 @@ def test_lexical_hand_examples() -> None:
     assert lexical_faithfulness(None, context) is None
     assert lexical_faithfulness("It is. Of the. ...", context) is None
     assert lexical_faithfulness("Paris is the capital of France.", []) == 0.0
+
+
+def test_lexical_ascii_fast_path_matches_full_normalization() -> None:
+    """ASCII text skips NFKC and the format-character scan: the tokens must be the same."""
+    ascii_text = "".join(map(chr, range(128))) + " The CAPITAL of FRANCE, 3rd_edition; Paris."
+    slow = re.findall(r"\w+", unicodedata.normalize("NFKC", ascii_text).casefold())
+    assert content_tokens(ascii_text) == [t for t in slow if t not in STOPWORDS]
+    assert content_tokens("\uff30aris \u200bCAPITAL") == ["paris", "capital"]  # non-ASCII: full path
 
 
 def test_lexical_unicode_and_sentences() -> None:

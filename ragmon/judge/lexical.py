@@ -33,6 +33,8 @@ _TOKEN = re.compile(r"\w+")
 
 def _clean(text: str) -> str:
     """NFKC, case-folded, with invisible format characters (zero-width, bidi) removed."""
+    if text.isascii():  # NFKC leaves ASCII alone, it has no format characters, casefold is lower
+        return text.lower()
     text = unicodedata.normalize("NFKC", text)
     return "".join(ch for ch in text if unicodedata.category(ch) != "Cf").casefold()
 
@@ -51,7 +53,7 @@ def sentence_support(answer: str, contexts: Iterable[str | None], threshold: flo
     """For each answer sentence with content tokens: are >= ``threshold`` of them in the context?"""
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-    vocabulary = {t for c in contexts if c for t in content_tokens(c)}
+    vocabulary = set().union(*(_TOKEN.findall(_clean(c)) for c in contexts if c)) - STOPWORDS
     out: list[bool] = []
     for sentence in split_sentences(answer):
         tokens = content_tokens(sentence)
