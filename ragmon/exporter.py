@@ -246,7 +246,7 @@ class RagMetrics:
         self._retrieval: dict[tuple[str, str, str], _RetrievalSeries] = {}
         self._models: dict[tuple[str, str], _ModelSeries] = {}
         self._now = -math.inf
-        """``now`` of the buffered observations (``observe`` flushes when it changes)."""
+        """``now`` of the buffered observations (``observe`` flushes when a new ``now`` falls in other window buckets)."""
         self._pending_means: list[_Stream[MeanKey]] = []
         self._pending_latency: list[_Stream[LatencyKey]] = []
         fold_mean: Callable[[MeanKey], MeanKey] = lambda key: (key[0], OTHER, OTHER, key[3], key[4])  # noqa: E731
@@ -312,8 +312,7 @@ class RagMetrics:
     def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
         """Count one scored request and buffer its values (see ``flush``)."""
         if now != self._now:
-            self.flush()
-            self._now = now
+            self._moved(now)
         limit = self.limit
         service = limit("service", record.service or "unknown")
         variant = limit("variant", record.variant or "default")
@@ -394,8 +393,7 @@ class RagMetrics:
         """Fold one judgement in: generation scores by name (``GENERATION_SCORES``) under
         (``source``, ``judge``), and the judge's retrieval score (source ``judge``) if any."""
         if now != self._now:
-            self.flush()
-            self._now = now
+            self._moved(now)
         service = self.limit("service", record.service or "unknown")
         variant = self.limit("variant", record.variant or "default")
         trace_id = record.trace_id.hex()
@@ -414,6 +412,13 @@ class RagMetrics:
             stream.trace_ids.append(trace_id)
         if retrieval is not None:
             self._observe_retrieval(service, variant, retrieval, trace_id)
+
+    def _moved(self, now: float) -> None:
+        """The clock moved: flush the buffers first unless ``now`` lies in the same window
+        buckets as the time they were observed at (then folding them later changes nothing)."""
+        if not (self.means.same_buckets(self._now, now) and self.latency.same_buckets(self._now, now)):
+            self.flush()
+            self._now = now
 
     def flush(self) -> None:
         """Fold the buffered values into the rolling windows (at the ``now`` they were observed

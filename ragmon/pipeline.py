@@ -138,32 +138,29 @@ class Pipeline:
     async def _process(self, traces: Iterable[Trace], now: float) -> None:
         """Score finished traces, yielding to the event loop every ``_SLICE`` traces.
 
-        The metrics' buffers are flushed before each yield and at the end: no slice's values
-        wait for the next one.
+        The metrics buffer values while the clock stays in the same window buckets (a scrape
+        flushes first); they are flushed every ``_SLICE`` traces, which bounds the buffers.
         """
-        try:
-            for done, trace in enumerate(traces, start=1):
-                if done % _SLICE == 0:
-                    self._metrics.flush()
-                    await asyncio.sleep(0)
-                try:
-                    record = self._extract(trace)
-                    if record is None:
-                        self._ignored += 1
-                        continue
-                    scores = self._score(record)
-                    self._metrics.observe(record, scores, now)
-                    if self._after is not None:
-                        self._after(record, now)
-                except Exception:  # one bad trace must not stop the worker
-                    self._dropped["trace_error"] += 1
-                    log.exception("could not score trace %s", trace.trace_id.hex())
+        for done, trace in enumerate(traces, start=1):
+            if done % _SLICE == 0:
+                self._metrics.flush()
+                await asyncio.sleep(0)
+            try:
+                record = self._extract(trace)
+                if record is None:
+                    self._ignored += 1
                     continue
-                self._records += 1
-                self._unlabelled += scores.unlabelled
-                self._without_content += not record.content_recorded
-        finally:
-            self._metrics.flush()
+                scores = self._score(record)
+                self._metrics.observe(record, scores, now)
+                if self._after is not None:
+                    self._after(record, now)
+            except Exception:  # one bad trace must not stop the worker
+                self._dropped["trace_error"] += 1
+                log.exception("could not score trace %s", trace.trace_id.hex())
+                continue
+            self._records += 1
+            self._unlabelled += scores.unlabelled
+            self._without_content += not record.content_recorded
 
     def stats(self) -> PipelineStats:
         """A snapshot of the pipeline's counters."""

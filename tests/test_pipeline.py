@@ -160,7 +160,8 @@ def test_a_scrape_folds_in_what_observe_accepted() -> None:
 
 class _LoggedMetrics(RagMetrics):
     def __init__(self, events: list[str]) -> None:
-        super().__init__(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: 0.0)
+        self.registry = CollectorRegistry()
+        super().__init__(self.registry, ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: 0.0)
         self.events = events
 
     def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
@@ -172,7 +173,9 @@ class _LoggedMetrics(RagMetrics):
         super().flush()
 
 
-def test_metrics_are_flushed_before_every_yield_and_at_the_end() -> None:
+def test_metrics_are_flushed_before_every_yield_and_on_scrape() -> None:
+    """Buffers are bounded (flushed every slice); the last values wait for a scrape or a new
+    window bucket, and a scrape shows them all."""
     events: list[str] = []
     metrics = _LoggedMetrics(events)
     pricer = Pricer()
@@ -207,8 +210,12 @@ def test_metrics_are_flushed_before_every_yield_and_at_the_end() -> None:
     assert events.count("yield") >= 2
     last = "flush"
     for event in events:
-        if event in ("yield", "end"):
-            assert last == "flush", f"{event} with observations not flushed"
-        else:
+        if event == "yield":
+            assert last == "flush", "yield with observations not flushed"
+        elif event != "end":
             last = event
+    assert metrics._pending_latency  # the last slice waits, same window buckets
+    assert metrics.registry.get_sample_value(
+        "ragmon_window_samples", {"service": "s", "variant": "v", "source": "", "metric": "latency_total", "window": "5m"}
+    ) == len(traces)
     assert not metrics._pending_means and not metrics._pending_latency

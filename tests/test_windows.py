@@ -240,6 +240,19 @@ def test_bucket_rule_at_edges() -> None:
     assert rolling.mean(21.999) is None
 
 
+def test_same_buckets_means_every_window() -> None:
+    store: WindowStore[tuple[str]] = WindowStore((10.0, 60.0), buckets=5)  # widths 2 s and 12 s
+    assert store.same_buckets(2.0, 3.999)
+    assert not store.same_buckets(3.999, 4.0)  # the 2 s buckets differ
+    assert not store.same_buckets(-math.inf, 1.0) and not store.same_buckets(1.0, math.nan)
+    # folding a value observed at 3.5 at time 2.0 instead changes no reading
+    early, exact = WindowStore((10.0, 60.0), buckets=5), WindowStore((10.0, 60.0), buckets=5)
+    early.observe(("a",), 1.0, 2.0)
+    exact.observe(("a",), 1.0, 3.5)
+    for now in (3.5, 11.0, 12.0, 59.0, 70.0):
+        assert early.read(now) == exact.read(now)
+
+
 def test_old_buckets_expire_and_are_freed() -> None:
     means, quantiles = RollingMean(60.0, 6), RollingQuantiles(60.0, 6)
     for i in range(600):

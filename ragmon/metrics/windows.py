@@ -380,6 +380,7 @@ class WindowStore(Generic[K]):
         self._series: dict[K, _Series] = {}
         self._n_folded = 0
         self._sweep_width = min(self.windows) / buckets
+        self._widths = tuple(w / buckets for w in self.windows)
         self._swept = _NEVER
         self._counts = {"folded": 0, "dropped": 0, "invalid": 0, "late": 0, "evicted": 0}
 
@@ -392,6 +393,13 @@ class WindowStore(Generic[K]):
                 RollingQuantiles(w, self.buckets, self.relative_accuracy) for w in self.windows
             )
         return tuple(RollingMean(w, self.buckets) for w in self.windows)
+
+    def same_buckets(self, t0: float, t1: float) -> bool:
+        """True when ``t0`` and ``t1`` lie in the same bucket of every window: an observation
+        made at either lands in the same place (callers may buffer across such times)."""
+        if not (math.isfinite(t0) and math.isfinite(t1)):
+            return False
+        return all(math.floor(t0 / w) == math.floor(t1 / w) for w in self._widths)
 
     def observe(self, key: K, value: float, now: float) -> Outcome:
         """Add one observation of series ``key`` at ``now``."""
