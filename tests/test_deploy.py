@@ -226,9 +226,14 @@ def test_compose_mounts_inside_deploy_exist() -> None:
 
 
 def test_compose_mounts_grafana_provisioning() -> None:
-    """Where compose expects the dashboard; grafana/ itself is not built yet (issue 5)."""
-    grafana = [path.relative_to(ROOT).as_posix() for service, path in _bind_mounts() if service == "grafana"]
-    assert grafana == ["grafana/provisioning/datasources", "grafana/provisioning/dashboards", "grafana/dashboards"]
+    """The mounted grafana/ directories hold the provisioning files and the dashboard (their
+    contents: tests/test_dashboard.py)."""
+    grafana = {path.relative_to(ROOT).as_posix(): path for service, path in _bind_mounts() if service == "grafana"}
+    assert list(grafana) == ["grafana/provisioning/datasources", "grafana/provisioning/dashboards", "grafana/dashboards"]
+    for rel, files in zip(grafana, (["prometheus.yaml"], ["ragmon.yaml"], ["ragmon.json"])):
+        assert sorted(p.name for p in grafana[rel].iterdir()) == files, rel
+    home = COMPOSE["services"]["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == "/var/lib/grafana/dashboards/ragmon.json"
 
 
 def test_prometheus_config_scrapes_ragmon_and_loads_the_rules() -> None:

@@ -1,0 +1,437 @@
+"""The Grafana dashboard for ragmon, generated as plain data.
+
+``dashboard`` gives the dashboard model, ``render_dashboard`` its JSON (what
+``grafana/dashboards/ragmon.json`` holds). The datasource is a template variable (no
+``__inputs``), so the same file is provisioned and imported by hand; the ``uid`` is fixed.
+Quality, latency, cost and traffic panels read the aggregatable series summed across replicas;
+only the overview's stat panels read the rolling gauges (the highest replica's value).
+
+``python -m ragmon.dashboard`` prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ragmon.rules import RUNBOOK_URL
+
+__all__ = ["UID", "dashboard", "main", "render_dashboard"]
+
+UID = "ragmon"
+_SCHEMA_VERSION = 39
+_DS = {"type": "prometheus", "uid": "${datasource}"}
+_WIDTH = 24
+
+Panel = dict[str, Any]
+Query = tuple[str, str]
+"""(PromQL, legend format) of one target."""
+
+# -- PromQL building blocks ------------------------------------------------------------------------
+
+_SV = 'service=~"$service", variant=~"$variant"'
+_SVS = f'{_SV}, source=~"$source"'
+_SVSK = f'{_SVS}, k=~"$k"'
+_SERVICE = 'service=~"$service"'
+_BY_SV = "service, variant"
+_BY_SVS = "service, variant, source"
+_BY_SVSK = "service, variant, source, k"
+_BY_SVSJ = "service, variant, source, judge"
+_LEGEND_SV = "{{service}}/{{variant}}"
+_LEGEND_SVS = f"{_LEGEND_SV} {{{{source}}}}"
+_LEGEND_SVSK = f"{_LEGEND_SVS} @{{{{k}}}}"
+_LEGEND_SVSJ = f"{_LEGEND_SV} {{{{source}}}}/{{{{judge}}}}"
+_FAILED = "error|timeout|invalid"
+_ATTEMPTED = "ok|error|timeout|invalid"
+
+
+def _sel(metric: str, match: str = "") -> str:
+    return f"{metric}{{{match}}}" if match else metric
+
+
+def _rate(metric: str, by: str = "", match: str = "") -> str:
+    """``sum by (by) (rate(metric{match}[$__rate_interval]))``."""
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping} (rate({_sel(metric, match)}[$__rate_interval]))"
+
+
+def _ratio(numerator: str, denominator: str, match_on: str = "") -> str:
+    """``numerator / (denominator > 0)``: no point (not NaN) where nothing was observed."""
+    op = f"/ {match_on}" if match_on else "/"
+    return f"{numerator}\n  {op}\n({denominator} > 0)"
+
+
+def _share(part: str, whole: str) -> str:
+    """``part / whole``, 0 (not absent) where ``whole`` has traffic and ``part`` has no series."""
+    return _ratio(f"({part}\n  or 0 * {whole})", whole)
+
+
+def _mean(metric: str, by: str, match: str) -> str:
+    """Mean of a histogram's observations: ``rate(_sum) / rate(_count)``."""
+    return _ratio(_rate(f"{metric}_sum", by, match), _rate(f"{metric}_count", by, match))
+
+
+def _quantile(q: float, by: str, match: str) -> str:
+    buckets = _rate("ragmon_request_duration_seconds_bucket", f"le, {by}" if by else "le", match)
+    return f"histogram_quantile({q:g}, {buckets})"
+
+
+def _per_hour(rate: str) -> str:
+    return f"{rate} * 3600"
+
+
+def _per_request(rate: str, by: str, match_on: str = "") -> str:
+    """``rate`` per scored request of the selected services (all variants: cost and tokens have
+    no variant label)."""
+    return _ratio(rate, _rate("ragmon_traces_total", by, _SERVICE), match_on)
+
+
+# -- panels ----------------------------------------------------------------------------------------
+
+_RATIO = {"unit": "percentunit", "min": 0, "max": 1}
+_SCORE = {"unit": "short", "min": 0, "max": 1, "decimals": 3}
+_SECONDS = {"unit": "s", "min": 0}
+_USD = {"unit": "currencyUSD", "min": 0}
+_NUMBER = {"unit": "short", "min": 0}
+_REQPS = {"unit": "reqps", "min": 0}
+_BYTES = {"unit": "bytes", "min": 0}
+
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "timeseries": {
+        "legend": {"calcs": [], "displayMode": "list", "placement": "bottom", "showLegend": True},
+        "tooltip": {"mode": "multi", "sort": "desc"},
+    },
+    "stat": {
+        "colorMode": "value", "graphMode": "area", "justifyMode": "auto", "orientation": "auto",
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}, "textMode": "auto",
+    },
+}
+_CUSTOM: dict[str, dict[str, Any]] = {
+    "timeseries": {"drawStyle": "line", "fillOpacity": 10, "lineWidth": 1, "showPoints": "never", "spanNulls": False},
+    "stat": {},
+}
+
+
+def _panel(
+    title: str, description: str, field: dict[str, Any], queries: Sequence[Query], *,
+    kind: str = "timeseries", width: int = 8, height: int = 8, exemplar: bool = False, text_mode: str = "",
+) -> Panel:
+    """One panel (id and position come from ``_layout``); targets A, B, … from ``queries``."""
+    targets = [
+        {
+            "datasource": _DS, "editorMode": "code", "expr": expr, "legendFormat": legend,
+            "range": True, "refId": chr(ord("A") + i), **({"exemplar": True} if exemplar else {}),
+        }
+        for i, (expr, legend) in enumerate(queries)
+    ]
+    options = dict(_OPTIONS[kind], **({"textMode": text_mode} if text_mode else {}))
+    return {
+        "datasource": _DS, "description": description, "fieldConfig": {
+            "defaults": {**field, "custom": _CUSTOM[kind]}, "overrides": [],
+        },
+        "gridPos": {"h": height, "w": width}, "options": options, "targets": targets,
+        "title": title, "type": kind,
+    }
+
+
+def _stat(
+    title: str, description: str, field: dict[str, Any], query: Query, text_mode: str = "", width: int = 4,
+) -> Panel:
+    """A stat panel of one query: 4 high, 8 where it shares a line with timeseries panels."""
+    return _panel(title, description, field, [query], kind="stat", width=width, height=4 if width == 4 else 8,
+                  text_mode=text_mode)
+
+
+def _layout(rows: Sequence[tuple[str, Sequence[Panel]]]) -> list[Panel]:
+    """Rows and their panels left to right, wrapping at the dashboard's width; ids in order."""
+    out: list[Panel] = []
+    y = 0
+    for title, panels in rows:
+        out.append({
+            "collapsed": False, "datasource": _DS, "gridPos": {"h": 1, "w": _WIDTH, "x": 0, "y": y},
+            "panels": [], "title": title, "type": "row",
+        })
+        y += 1
+        x = line = 0
+        for panel in panels:
+            w, h = panel["gridPos"]["w"], panel["gridPos"]["h"]
+            if x + w > _WIDTH:
+                x, y, line = 0, y + line, 0
+            out.append({**panel, "gridPos": {"h": h, "w": w, "x": x, "y": y}})
+            x, line = x + w, max(line, h)
+        y += line
+    return [{**panel, "id": i} for i, panel in enumerate(out, start=1)]
+
+
+# -- rows ------------------------------------------------------------------------------------------
+
+
+def _overview() -> list[Panel]:
+    traces = _rate("ragmon_traces_total", "", _SV)
+    return [
+        _stat("Requests / s", "Scored requests per second, all selected services.", _REQPS, (traces, "requests / s")),
+        _stat("Error ratio", "Share of requests whose trace had an error.", _RATIO,
+              (_share(_rate("ragmon_trace_errors_total", "", _SV), traces), "errors")),
+        _stat("p95 latency", "95th percentile of the whole request (stage total).", _SECONDS,
+              (_quantile(0.95, "", f'{_SV}, stage="total"'), "p95")),
+        _stat("Hit rate@k (5m)", "Rolling 5m gauge, the highest replica's value.", _RATIO,
+              (f'max by ({_BY_SVSK}) (ragmon_retrieval_hit_rate{{{_SVSK}, window="5m"}})', _LEGEND_SVSK)),
+        _stat("Faithfulness (5m)", "Rolling 5m gauge, the highest replica's value.", _RATIO,
+              (f'max by ({_BY_SVSJ}) (ragmon_faithfulness_mean{{{_SV}, window="5m"}})', _LEGEND_SVSJ)),
+        _stat("Cost / hour", "Priced model cost of the selected services (all variants).", _USD,
+              (_per_hour(_rate("ragmon_cost_usd_total", "", _SERVICE)), "USD / h")),
+    ]
+
+
+def _traffic() -> list[Panel]:
+    traces = _rate("ragmon_traces_total", _BY_SV, _SV)
+    errors = _share(_rate("ragmon_trace_errors_total", _BY_SV, _SV), traces)
+    without_usage = _rate("ragmon_llm_calls_without_usage_total", "service, model", _SERVICE)
+    gaps = [
+        (_rate("ragmon_traces_ignored_total"), "traces with no retrieval or LLM span"),
+        (_rate("ragmon_traces_without_content_total"), "scored traces without query or answer text"),
+        (_rate("ragmon_retrieval_unlabelled_total", _BY_SV, _SV), f"{_LEGEND_SV} retrievals without relevance"),
+        (without_usage, "{{service}} {{model}} calls without usage"),
+    ]
+    return [
+        _panel("Requests / s", "Scored requests (RAG traces) per second.", _REQPS, [(traces, _LEGEND_SV)]),
+        _panel("Error ratio", "Share of requests whose trace had an error.", _RATIO, [(errors, _LEGEND_SV)]),
+        _panel("Instrumentation gaps / s", "Traces and calls ragmon could not fully score (the first two "
+               "count for every service).", _NUMBER, gaps),
+    ]
+
+
+def _retrieval() -> list[Panel]:
+    hit_rate = _ratio(
+        _rate("ragmon_retrieval_hits_total", _BY_SVSK, _SVSK),
+        _rate("ragmon_retrieval_queries_total", _BY_SVS, _SVS),
+        "ignoring (k) group_left ()",
+    )
+    per_k = [
+        _panel(f"{name}@k", f"Mean {name.lower()}@k per scored retrieval.", field,
+               [(_mean(metric, _BY_SVSK, _SVSK), _LEGEND_SVSK)])
+        for name, metric, field in (
+            ("Recall", "ragmon_retrieval_recall", _RATIO),
+            ("Precision", "ragmon_retrieval_precision", _RATIO),
+            ("NDCG", "ragmon_retrieval_ndcg", _SCORE),
+        )
+    ]
+    return [
+        _panel("Hit rate@k", "Share of scored retrievals with a relevant document in the top k.", _RATIO,
+               [(hit_rate, _LEGEND_SVSK)]),
+        _panel("MRR", "Mean reciprocal rank of the first relevant document.", _SCORE,
+               [(_mean("ragmon_retrieval_reciprocal_rank", _BY_SVS, _SVS), _LEGEND_SVS)]),
+        *per_k,
+        _panel("Scored retrievals / s", "Retrievals scored against relevance: the evidence behind the ratios.",
+               _NUMBER, [(_rate("ragmon_retrieval_queries_total", _BY_SVS, _SVS), _LEGEND_SVS)]),
+    ]
+
+
+def _generation() -> list[Panel]:
+    faithfulness = _mean("ragmon_faithfulness", _BY_SVSJ, _SV)
+    others = [
+        (_mean(f"ragmon_{name}", _BY_SVSJ, _SV), f"{_LEGEND_SVSJ} {name}")
+        for name in ("answer_relevance", "context_relevance", "answer_correctness")
+    ]
+    return [
+        _panel("Faithfulness", "Supported claims / claims per judged answer, by source and judge (lexical: "
+               "the offline estimate).", _RATIO, [(faithfulness, _LEGEND_SVSJ)], width=12),
+        _panel("Answer relevance, context relevance, correctness", "Mean LLM-judge scores (correctness needs "
+               "a reference answer).", _SCORE, others, width=12),
+    ]
+
+
+def _latency() -> list[Panel]:
+    by = f"{_BY_SV}, stage"
+    return [
+        _panel(f"Latency p{round(q * 100)} by stage", f"{q:g} quantile of each stage's duration; exemplars "
+               "carry trace ids.", _SECONDS, [(_quantile(q, by, _SV), f"{_LEGEND_SV} {{{{stage}}}}")], exemplar=True)
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
+def _cost() -> list[Panel]:
+    per_hour = _per_hour(_rate("ragmon_cost_usd_total", "service, model", _SERVICE))
+    per_request = _per_request(_rate("ragmon_cost_usd_total", "service", _SERVICE), "service")
+    return [
+        _panel("Cost / hour", "Priced model cost per hour, by service and model (cost has no variant label).",
+               _USD, [(per_hour, "{{service}} {{model}}")], width=12),
+        _panel("Cost / request", "Priced model cost per scored request of the service (all variants).",
+               _USD, [(per_request, "{{service}}")], width=12),
+    ]
+
+
+def _tokens() -> list[Panel]:
+    legend = "{{service}} {{model}} {{token_type}}"
+    tokens = _rate("ragmon_tokens_total", "service, model, token_type", _SERVICE)
+    rates = [
+        (tokens, legend),
+        (_rate("ragmon_unpriced_tokens_total", "model"), "{{model}} unpriced"),
+        (_rate("ragmon_judge_unpriced_tokens_total"), "judge unpriced"),
+    ]
+    per_request = _per_request(tokens, "service", "on (service) group_left ()")
+    return [
+        _panel("Tokens / s by model", "Model tokens per second; unpriced: tokens of a model with no known "
+               "price (also the judge's).", _NUMBER, rates, width=12),
+        _panel("Tokens / request by model", "Model tokens per scored request of the service (all variants).",
+               _NUMBER, [(per_request, legend)], width=12),
+    ]
+
+
+def _judge() -> list[Panel]:
+    requests = "ragmon_judge_requests_total"
+    failed = _rate(requests, "evaluator", f'outcome=~"{_FAILED}"')
+    attempted = _rate(requests, "evaluator", f'outcome=~"{_ATTEMPTED}"')
+    judgements = [
+        (_rate(requests, "evaluator, outcome"), "{{evaluator}} {{outcome}}"),
+        (_rate("ragmon_judge_cache_hits_total"), "cache hits"),
+        (_rate("ragmon_judge_lexical_total"), "lexical estimates"),
+        (_rate("ragmon_app_evaluations_total"), "app evaluations"),
+    ]
+    state = [
+        ("sum (ragmon_judge_queue)", "queued"),
+        ("sum (ragmon_judge_in_flight)", "in flight"),
+        ("max (ragmon_judge_breaker_open)", "breaker open"),
+    ]
+    return [
+        _panel("Judgements / s", "Judge outcomes per evaluator, cache hits, lexical estimates, app evaluation "
+               "events.", _NUMBER, judgements, width=12),
+        _panel("Judge failure ratio", "Failed (error, timeout, invalid) / attempted LLM judge calls; no data "
+               "while every sampled trace is skipped or cached.", _RATIO, [(_share(failed, attempted), "{{evaluator}}")],
+               width=12),
+        _panel("Judge cost / hour", "USD per hour spent on the LLM judge's own tokens.", _USD,
+               [(_per_hour(_rate("ragmon_judge_cost_usd_total")), "judge")]),
+        _panel("Judge queue", "Sampled traces waiting and calls in flight (summed over replicas), breaker open "
+               "(LLM judge).", _NUMBER, state),
+        _stat("Judge in use", "llm (an endpoint) or lexical, and how many replicas run it.", _NUMBER,
+              ("sum by (judge) (ragmon_judge_info)", "{{judge}}"), "value_and_name", width=8),
+    ]
+
+
+def _per_replica(metric: str, by: str = "instance") -> str:
+    return f"sum by ({by}) ({metric})"
+
+
+def _ragmon() -> list[Panel]:
+    lost = [
+        (_rate("ragmon_spans_rejected_total", "protocol, reason"), "spans rejected {{protocol}} {{reason}}"),
+        (_rate("ragmon_requests_rejected_total", "protocol, reason"), "requests rejected {{protocol}} {{reason}}"),
+        (_rate("ragmon_spans_dropped_total", "reason"), "spans dropped {{reason}}"),
+        (_rate("ragmon_traces_evicted_total"), "traces evicted"),
+        (_rate("ragmon_dropped_total", "reason"), "traces unscored {{reason}}"),
+        (_rate("ragmon_judge_requests_total", "", 'outcome="dropped"'), "judgements dropped"),
+        (_rate("ragmon_window_dropped_total", "store, reason"), "window {{store}} {{reason}}"),
+    ]
+    late = [
+        (_rate("ragmon_spans_late_total"), "late spans"),
+        (_rate("ragmon_label_values_folded_total", "label"), "folded {{label}}"),
+        (_rate("ragmon_attributes_truncated_total", "protocol"), "truncated {{protocol}}"),
+    ]
+    held = [
+        (_per_replica("ragmon_queue_spans"), "{{instance}} queued spans"),
+        (_per_replica("ragmon_queue_capacity_spans"), "{{instance}} queue capacity"),
+        (_per_replica("ragmon_spans_pending"), "{{instance}} spans pending"),
+        (_per_replica("ragmon_traces_pending"), "{{instance}} traces pending"),
+        (_per_replica("ragmon_window_series", "instance, store"), "{{instance}} window series {{store}}"),
+    ]
+    held_bytes = [
+        (_per_replica("ragmon_queue_bytes"), "{{instance}} queued"),
+        (_per_replica("ragmon_span_bytes_pending"), "{{instance}} pending"),
+    ]
+    return [
+        _panel("Spans / s", "Spans received by protocol and accepted into trace assembly.", _NUMBER, [
+            (_rate("ragmon_spans_received_total", "protocol"), "received {{protocol}}"),
+            (_rate("ragmon_spans_assembled_total"), "assembled"),
+        ]),
+        _panel("Traces finished / s", "Why assembly finished traces (evicted: the pending cap was reached).", _NUMBER,
+               [(_rate("ragmon_traces_finished_total", "reason"), "{{reason}}")]),
+        _panel("Lost and refused / s", "Spans, requests, traces, judgements and window observations refused or dropped.",
+               _NUMBER, lost),
+        _panel("Late, folded, truncated / s", "Spans after their trace finished, label values folded into other, "
+               "attribute values cut.", _NUMBER, late, width=6),
+        _panel("Queue and pending", "Ingest queue depth and capacity, spans and traces held by assembly, window "
+               "series, per replica.", _NUMBER, held, width=6),
+        _panel("Held bytes", "Approximate bytes queued for ingest and held by assembly, per replica.", _BYTES,
+               held_bytes, width=6),
+        _stat("Replicas by version", "ragmon replicas scraped, by version.", _NUMBER,
+              ("count by (version) (ragmon_build_info)", "{{version}}"), "value_and_name", width=6),
+    ]
+
+
+# -- the dashboard ---------------------------------------------------------------------------------
+
+
+def _variable(name: str, label: str, query: str, sort: int = 1) -> dict[str, Any]:
+    """A multi-value query variable with All (``.*``) selected."""
+    return {
+        "allValue": ".*", "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "datasource": _DS, "definition": query, "hide": 0, "includeAll": True, "label": label,
+        "multi": True, "name": name, "options": [], "query": query, "refresh": 2, "regex": "",
+        "sort": sort, "type": "query",
+    }
+
+
+def _templating() -> list[dict[str, Any]]:
+    datasource = {
+        "current": {}, "hide": 0, "includeAll": False, "label": "Data source", "multi": False,
+        "name": "datasource", "options": [], "query": "prometheus", "refresh": 1, "regex": "",
+        "type": "datasource",
+    }
+    return [
+        datasource,
+        _variable("service", "Service", "label_values(ragmon_traces_total, service)"),
+        _variable("variant", "Variant", f'label_values(ragmon_traces_total{{{_SERVICE}}}, variant)'),
+        _variable("source", "Relevance source", f"label_values(ragmon_retrieval_queries_total{{{_SV}}}, source)"),
+        _variable("k", "k", f"label_values(ragmon_retrieval_hits_total{{{_SV}}}, k)", sort=3),
+    ]
+
+
+def dashboard() -> dict[str, Any]:
+    """The dashboard model (Grafana schema 39), ready to provision or import."""
+    rows = [
+        ("Overview", _overview()),
+        ("Traffic and errors", _traffic()),
+        ("Retrieval quality (source and k variables)", _retrieval()),
+        ("Generation quality", _generation()),
+        ("Latency", _latency()),
+        ("Cost", _cost()),
+        ("Tokens", _tokens()),
+        ("Judge", _judge()),
+        ("ragmon", _ragmon()),
+    ]
+    return {
+        "description": "RAG retrieval and answer quality, latency, cost and ragmon's own health, from ragmon's metrics.",
+        "editable": True,
+        "graphTooltip": 1,
+        "links": [{"icon": "doc", "targetBlank": True, "title": "Runbook", "type": "link", "url": RUNBOOK_URL}],
+        "panels": _layout(rows),
+        "refresh": "30s",
+        "schemaVersion": _SCHEMA_VERSION,
+        "tags": ["ragmon", "rag"],
+        "templating": {"list": _templating()},
+        "time": {"from": "now-1h", "to": "now"},
+        "timezone": "",
+        "title": "ragmon: RAG quality",
+        "uid": UID,
+        "version": 1,
+    }
+
+
+def render_dashboard() -> str:
+    """The dashboard as JSON: indent 2, sorted keys, a trailing newline."""
+    return json.dumps(dashboard(), indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ragmon.dashboard``: print the dashboard JSON."""
+    parser = argparse.ArgumentParser(prog="python -m ragmon.dashboard", description="Print ragmon's Grafana dashboard as JSON.")
+    parser.parse_args(argv)
+    sys.stdout.write(render_dashboard())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
