@@ -2,7 +2,8 @@
 
 A traces-to-metrics connector: fold into state, build on a tick. ``RagMetrics.observe`` counts
 one scored request and buffers its values; ``RagMetrics.flush`` folds the buffers into the
-histograms (``ragmon.series``) and rolling windows in bulk. Every family is built at scrape time
+histograms (``ragmon.series``) and rolling windows in bulk, when the clock leaves the window
+buckets the values belong to, every ``MAX_BUFFERED`` records, and before a scrape. Every family is built at scrape time
 by custom collectors in ragmon's own registry (never the global one), which flush first. Label
 values pass through a ``LabelLimiter`` so cardinality stays capped.
 """
@@ -42,6 +43,9 @@ __all__ = ["GENERATION_SCORES", "LATENCY_BUCKETS", "SCORE_BUCKETS", "RagMetrics"
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+MAX_BUFFERED = 512
+"""Records (and judgements) buffered before ``observe`` flushes by itself: bounds the buffers
+while the clock stays in the same window buckets."""
 
 MeanKey = tuple[str, str, str, str, str]
 """(gauge, service, variant, source, detail) of a mean series: ``detail`` is ``k`` for retrieval
@@ -247,6 +251,8 @@ class RagMetrics:
         self._models: dict[tuple[str, str], _ModelSeries] = {}
         self._now = -math.inf
         """``now`` of the buffered observations (``observe`` flushes when a new ``now`` falls in other window buckets)."""
+        self._buffered = 0
+        """Records and judgements buffered since the last flush (at most ``MAX_BUFFERED``)."""
         self._pending_means: list[_Stream[MeanKey]] = []
         self._pending_latency: list[_Stream[LatencyKey]] = []
         fold_mean: Callable[[MeanKey], MeanKey] = lambda key: (key[0], OTHER, OTHER, key[3], key[4])  # noqa: E731
@@ -313,6 +319,9 @@ class RagMetrics:
         """Count one scored request and buffer its values (see ``flush``)."""
         if now != self._now:
             self._moved(now)
+        self._buffered += 1
+        if self._buffered > MAX_BUFFERED:
+            self.flush()
         limit = self.limit
         service = limit("service", record.service or "unknown")
         variant = limit("variant", record.variant or "default")
@@ -394,6 +403,9 @@ class RagMetrics:
         (``source``, ``judge``), and the judge's retrieval score (source ``judge``) if any."""
         if now != self._now:
             self._moved(now)
+        self._buffered += 1
+        if self._buffered > MAX_BUFFERED:
+            self.flush()
         service = self.limit("service", record.service or "unknown")
         variant = self.limit("variant", record.variant or "default")
         trace_id = record.trace_id.hex()
@@ -423,6 +435,7 @@ class RagMetrics:
     def flush(self) -> None:
         """Fold the buffered values into the rolling windows (at the ``now`` they were observed
         at) and the histograms; empty the buffers."""
+        self._buffered = 0
         if not (self._pending_means or self._pending_latency):
             return
         wall = self._wall()

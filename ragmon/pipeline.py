@@ -138,12 +138,10 @@ class Pipeline:
     async def _process(self, traces: Iterable[Trace], now: float) -> None:
         """Score finished traces, yielding to the event loop every ``_SLICE`` traces.
 
-        The metrics buffer values while the clock stays in the same window buckets (a scrape
-        flushes first); they are flushed every ``_SLICE`` traces, which bounds the buffers.
+        The metrics buffer values and flush them themselves (bounded; a scrape flushes first).
         """
         for done, trace in enumerate(traces, start=1):
             if done % _SLICE == 0:
-                self._metrics.flush()
                 await asyncio.sleep(0)
             try:
                 record = self._extract(trace)
