@@ -26,7 +26,7 @@ from ragmon.assembly import AssemblyStats
 from ragmon.labels import OTHER, LabelLimiter
 from ragmon.metrics.windows import DEFAULT_QUANTILES, WindowStore
 from ragmon.model import RagRecord
-from ragmon.receivers.ingest import IngestStats
+from ragmon.receivers.ingest import REQUEST_REJECT_REASONS, SPAN_REJECT_REASONS, IngestStats
 from ragmon.series import (
     CounterCell,
     CounterFamily,
@@ -43,6 +43,8 @@ __all__ = ["GENERATION_SCORES", "LATENCY_BUCKETS", "SCORE_BUCKETS", "RagMetrics"
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+FOLDED_LABELS = frozenset({"service", "variant", "model"})
+"""Labels whose values pass through the ``LabelLimiter`` (``ragmon_label_values_folded_total``)."""
 MAX_BUFFERED = 512
 """Records (and judgements) buffered before ``observe`` flushes by itself: bounds the buffers
 while the clock stays in the same window buckets."""
@@ -304,8 +306,8 @@ class RagMetrics:
 
     def _own_stats(self) -> Iterable[Metric]:
         folded = CounterMetricFamily("ragmon_label_values_folded", "Observations whose label value was folded into 'other'.", labels=["label"])
-        for label, n in sorted(self.limit.folded.items()):
-            folded.add_metric([label], n)
+        for label in sorted(FOLDED_LABELS | self.limit.folded.keys()):
+            folded.add_metric([label], self.limit.folded[label])
         series = GaugeMetricFamily("ragmon_window_series", "Series held by the rolling windows.", labels=["store"])
         dropped = CounterMetricFamily("ragmon_window_dropped", "Observations the rolling windows discarded.", labels=["store", "reason"])
         for name, store in (("means", self.means), ("latency", self.latency)):
@@ -446,6 +448,8 @@ class RagMetrics:
 
     def _service_series(self, service: str, variant: str) -> _ServiceSeries:
         """The bound state of one (service, variant), made on its first request."""
+        self.trace_errors.cell((service, variant))  # exported at 0 until the first
+        self.unlabelled.cell((service, variant))
         series = self._services[(service, variant)] = _ServiceSeries(
             self.traces.cell((service, variant)),
             _Stream(("ragmon_error_ratio", service, variant, "", "")),
@@ -501,10 +505,12 @@ def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineSt
     requests = CounterMetricFamily("ragmon_requests_rejected", "Export requests rejected whole, by reason.", labels=["protocol", "reason"])
     for protocol in ("http", "grpc"):
         received.add_metric([protocol], ingest.spans_received[protocol])
-    for (protocol, reason), n in sorted(ingest.spans_rejected.items()):
-        rejected.add_metric([protocol, reason], n)
-    for (protocol, reason), n in sorted(ingest.requests_rejected.items()):
-        requests.add_metric([protocol, reason], n)
+    known_spans = {(protocol, reason) for protocol in REQUEST_REJECT_REASONS for reason in SPAN_REJECT_REASONS}
+    for protocol, reason in sorted(known_spans | ingest.spans_rejected.keys()):
+        rejected.add_metric([protocol, reason], ingest.spans_rejected[(protocol, reason)])
+    known_requests = {(protocol, reason) for protocol, reasons in REQUEST_REJECT_REASONS.items() for reason in reasons}
+    for protocol, reason in sorted(known_requests | ingest.requests_rejected.keys()):
+        requests.add_metric([protocol, reason], ingest.requests_rejected[(protocol, reason)])
     truncated = CounterMetricFamily("ragmon_attributes_truncated", "String attribute values cut to receiver.max_attribute_chars.", labels=["protocol"])
     for protocol in ("http", "grpc"):
         truncated.add_metric([protocol], ingest.attributes_truncated[protocol])

@@ -4,6 +4,7 @@ LangChain app instrumented by OpenInference exporting to ragmon over OTLP/HTTP."
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +24,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from server_helpers import LoopThread, post
 from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value, wait_for
 
+import ragmon
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig, ScoringConfig
+from ragmon.exporter import FOLDED_LABELS
+from ragmon.receivers.ingest import REQUEST_REJECT_REASONS, SPAN_REJECT_REASONS
 
 pytestmark = pytest.mark.filterwarnings(r"ignore:Calling \.text\(\) as a method is deprecated")
 
@@ -89,6 +93,35 @@ def test_label_cap_folds_services_into_other() -> None:
         assert value(v, "ragmon_traces_total", service="first", variant="B") == 3
         assert value(v, "ragmon_traces_total", service="other", variant="B") == 3
         assert value(v, "ragmon_label_values_folded_total", label="service") == 3
+
+
+def test_trouble_counters_are_exported_at_zero_before_the_first_event() -> None:
+    """Rejections, folds, errors and unlabelled retrievals show 0 (not "no data") when healthy."""
+    for car, clock, _ in _sidecar(_config()):
+        v = samples(scrape(car.ports.metrics))
+        for protocol, reasons in REQUEST_REJECT_REASONS.items():
+            for reason in SPAN_REJECT_REASONS:
+                assert value(v, "ragmon_spans_rejected_total", protocol=protocol, reason=reason) == 0
+            for reason in reasons:
+                assert value(v, "ragmon_requests_rejected_total", protocol=protocol, reason=reason) == 0
+        for label in FOLDED_LABELS:
+            assert value(v, "ragmon_label_values_folded_total", label=label) == 0
+        send_rag_traces(OTLPSpanExporter(endpoint=_url(car), timeout=10), "svc")
+        wait_for(lambda: car.assembler.stats().spans_held == 9)
+        _finish(car, clock, 3)
+        v = samples(scrape(car.ports.metrics))
+        assert value(v, "ragmon_trace_errors_total", service="svc", variant="B") == 0
+        assert value(v, "ragmon_retrieval_unlabelled_total", service="svc", variant="B") == 0
+
+
+def test_reject_reasons_and_folded_labels_used_in_the_code_are_the_exported_ones() -> None:
+    """Every literal reason or limited label in ragmon's source is in the tables exported at 0."""
+    source = "\n".join(p.read_text(encoding="utf-8") for p in Path(ragmon.__file__).parent.rglob("*.py"))
+    reasons = set(re.findall(r'reject\("([a-z_]+)"\)', source)) | set(re.findall(r'self\.refusal = "([a-z_]+)"', source))
+    known = set(SPAN_REJECT_REASONS) | {r for rs in REQUEST_REJECT_REASONS.values() for r in rs}
+    assert reasons and reasons <= known, reasons - known
+    labels = set(re.findall(r'limit\("([a-z_]+)"', source))
+    assert labels == FOLDED_LABELS
 
 
 def test_non_rag_traces_are_counted_and_ignored_and_bad_bodies_counted() -> None:

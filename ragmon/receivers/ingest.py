@@ -12,7 +12,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from ragmon.decode import Decoded, SpanSelection
 from ragmon.model import Span
 
-__all__ = ["SpanSink", "IngestStats", "ReceiverSettings", "hand_over"]
+__all__ = ["REQUEST_REJECT_REASONS", "SPAN_REJECT_REASONS", "SpanSink", "IngestStats", "ReceiverSettings", "hand_over"]
+
+SPAN_REJECT_REASONS = (
+    "invalid_trace_id", "invalid_span_id", "invalid_parent_span_id", "malformed_span",
+    "overloaded", "shutting_down",
+)
+"""``reason`` values of ``ragmon_spans_rejected_total`` (exported at 0 before the first)."""
+REQUEST_REJECT_REASONS = {
+    "http": ("unauthorized", "content_type", "content_encoding", "too_large", "decode"),
+    "grpc": ("unauthorized", "decode"),
+}
+"""``reason`` values of ``ragmon_requests_rejected_total`` per protocol (exported at 0)."""
 
 
 class SpanSink(Protocol):
