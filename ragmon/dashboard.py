@@ -3,10 +3,10 @@
 ``dashboard`` gives the dashboard model, ``render_dashboard`` its JSON (what
 ``grafana/dashboards/ragmon.json`` holds). The datasource is a template variable (no
 ``__inputs``), so the same file is provisioned and imported by hand; the ``uid`` is fixed.
-Quality, latency, cost and traffic panels read the aggregatable series summed across replicas;
-only the overview's stat panels read the rolling gauges (the highest replica's value).
+Every panel reads the aggregatable series summed across replicas, never the rolling gauges
+(one replica's view).
 
-``python -m ragmon.dashboard`` prints the JSON.
+``python -m ragmon.dashboard [--runbook-url URL]`` prints the JSON.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def _sel(metric: str, match: str = "") -> str:
     return f"{metric}{{{match}}}" if match else metric
 
 
-def _rate(metric: str, by: str = "", match: str = "") -> str:
-    """``sum by (by) (rate(metric{match}[$__rate_interval]))``."""
+def _rate(metric: str, by: str = "", match: str = "", window: str = "$__rate_interval") -> str:
+    """``sum by (by) (rate(metric{match}[window]))``."""
     grouping = f" by ({by})" if by else ""
-    return f"sum{grouping} (rate({_sel(metric, match)}[$__rate_interval]))"
+    return f"sum{grouping} (rate({_sel(metric, match)}[{window}]))"
 
 
 def _ratio(numerator: str, denominator: str, match_on: str = "") -> str:
@@ -69,9 +69,18 @@ def _share(part: str, whole: str) -> str:
     return _ratio(f"({part}\n  or 0 * {whole})", whole)
 
 
-def _mean(metric: str, by: str, match: str) -> str:
+def _mean(metric: str, by: str, match: str, window: str = "$__rate_interval") -> str:
     """Mean of a histogram's observations: ``rate(_sum) / rate(_count)``."""
-    return _ratio(_rate(f"{metric}_sum", by, match), _rate(f"{metric}_count", by, match))
+    return _ratio(_rate(f"{metric}_sum", by, match, window), _rate(f"{metric}_count", by, match, window))
+
+
+def _hit_rate(window: str = "$__rate_interval") -> str:
+    """Hit rate@k: hits over scored queries, summed across replicas."""
+    return _ratio(
+        _rate("ragmon_retrieval_hits_total", _BY_SVSK, _SVSK, window),
+        _rate("ragmon_retrieval_queries_total", _BY_SVS, _SVS, window),
+        "ignoring (k) group_left ()",
+    )
 
 
 def _quantile(q: float, by: str, match: str) -> str:
@@ -177,10 +186,9 @@ def _overview() -> list[Panel]:
               (_share(_rate("ragmon_trace_errors_total", "", _SV), traces), "errors")),
         _stat("p95 latency", "95th percentile of the whole request (stage total).", _SECONDS,
               (_quantile(0.95, "", f'{_SV}, stage="total"'), "p95")),
-        _stat("Hit rate@k (5m)", "Rolling 5m gauge, the highest replica's value.", _RATIO,
-              (f'max by ({_BY_SVSK}) (ragmon_retrieval_hit_rate{{{_SVSK}, window="5m"}})', _LEGEND_SVSK)),
-        _stat("Faithfulness (5m)", "Rolling 5m gauge, the highest replica's value.", _RATIO,
-              (f'max by ({_BY_SVSJ}) (ragmon_faithfulness_mean{{{_SV}, window="5m"}})', _LEGEND_SVSJ)),
+        _stat("Hit rate@k (5m)", "Over the last 5 minutes, all replicas.", _RATIO, (_hit_rate("5m"), _LEGEND_SVSK)),
+        _stat("Faithfulness (5m)", "Over the last 5 minutes, all replicas.", _RATIO,
+              (_mean("ragmon_faithfulness", _BY_SVSJ, _SVS, "5m"), _LEGEND_SVSJ)),
         _stat("Cost / hour", "Priced model cost of the selected services (all variants).", _USD,
               (_per_hour(_rate("ragmon_cost_usd_total", "", _SERVICE)), "USD / h")),
     ]
@@ -205,11 +213,7 @@ def _traffic() -> list[Panel]:
 
 
 def _retrieval() -> list[Panel]:
-    hit_rate = _ratio(
-        _rate("ragmon_retrieval_hits_total", _BY_SVSK, _SVSK),
-        _rate("ragmon_retrieval_queries_total", _BY_SVS, _SVS),
-        "ignoring (k) group_left ()",
-    )
+    hit_rate = _hit_rate()
     per_k = [
         _panel(f"{name}@k", f"Mean {name.lower()}@k per scored retrieval.", field,
                [(_mean(metric, _BY_SVSK, _SVSK), _LEGEND_SVSK)])
@@ -231,9 +235,9 @@ def _retrieval() -> list[Panel]:
 
 
 def _generation() -> list[Panel]:
-    faithfulness = _mean("ragmon_faithfulness", _BY_SVSJ, _SV)
+    faithfulness = _mean("ragmon_faithfulness", _BY_SVSJ, _SVS)
     others = [
-        (_mean(f"ragmon_{name}", _BY_SVSJ, _SV), f"{_LEGEND_SVSJ} {name}")
+        (_mean(f"ragmon_{name}", _BY_SVSJ, _SVS), f"{_LEGEND_SVSJ} {name}")
         for name in ("answer_relevance", "context_relevance", "answer_correctness")
     ]
     return [
@@ -389,7 +393,7 @@ def _templating() -> list[dict[str, Any]]:
     ]
 
 
-def dashboard() -> dict[str, Any]:
+def dashboard(runbook_url: str = RUNBOOK_URL) -> dict[str, Any]:
     """The dashboard model (Grafana schema 39), ready to provision or import."""
     rows = [
         ("Overview", _overview()),
@@ -406,7 +410,7 @@ def dashboard() -> dict[str, Any]:
         "description": "RAG retrieval and answer quality, latency, cost and ragmon's own health, from ragmon's metrics.",
         "editable": True,
         "graphTooltip": 1,
-        "links": [{"icon": "doc", "targetBlank": True, "title": "Runbook", "type": "link", "url": RUNBOOK_URL}],
+        "links": [{"icon": "doc", "targetBlank": True, "title": "Runbook", "type": "link", "url": runbook_url}],
         "panels": _layout(rows),
         "refresh": "30s",
         "schemaVersion": _SCHEMA_VERSION,
@@ -420,16 +424,17 @@ def dashboard() -> dict[str, Any]:
     }
 
 
-def render_dashboard() -> str:
+def render_dashboard(runbook_url: str = RUNBOOK_URL) -> str:
     """The dashboard as JSON: indent 2, sorted keys, a trailing newline."""
-    return json.dumps(dashboard(), indent=2, sort_keys=True) + "\n"
+    return json.dumps(dashboard(runbook_url), indent=2, sort_keys=True) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m ragmon.dashboard``: print the dashboard JSON."""
     parser = argparse.ArgumentParser(prog="python -m ragmon.dashboard", description="Print ragmon's Grafana dashboard as JSON.")
-    parser.parse_args(argv)
-    sys.stdout.write(render_dashboard())
+    parser.add_argument("--runbook-url", default=RUNBOOK_URL, metavar="URL", help=f"the runbook the dashboard links to (default {RUNBOOK_URL})")
+    args = parser.parse_args(argv)
+    sys.stdout.write(render_dashboard(args.runbook_url))
     return 0
 
 

@@ -120,6 +120,9 @@ class Thresholds:
     """Items lost per 5 minutes, sustained for the alert's ``for``, before ragmon's data loss alerts."""
     job_regex: str = ".*ragmon.*"
     """``job`` label of ragmon's scrape targets."""
+    runbook_url: str = RUNBOOK_URL
+    """The runbook every alert links to (``#<alert name, lower-cased>`` is appended): point it
+    at your own copy of ``docs/runbook.md``."""
 
     def __post_init__(self) -> None:
         for name in ("window", "baseline"):
@@ -147,6 +150,8 @@ class Thresholds:
                 raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
         if not self.job_regex:
             raise ValueError("job_regex: must not be empty")
+        if not re.fullmatch(r"https?://\S+", self.runbook_url):
+            raise ValueError(f"runbook_url: not an http(s) URL: {self.runbook_url!r}")
         for judge in self.faithfulness_skip_judges:
             if not re.fullmatch(r"[A-Za-z0-9_-]+", judge):
                 raise ValueError(f"faithfulness_skip_judges: not a judge label value: {judge!r}")
@@ -302,7 +307,6 @@ def _alert(
         "annotations": {
             "summary": summary,
             "description": description,
-            "runbook_url": f"{RUNBOOK_URL}#{name.lower()}",
         },
     }
 
@@ -452,6 +456,8 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
         f"No series {up} for 10 minutes: Prometheus discovers no ragmon target, "
         "so no RAG quality alert can fire.",
     ))
+    for rule in rules:
+        rule["annotations"]["runbook_url"] = f"{t.runbook_url}#{rule['alert'].lower()}"
     return rules
 
 

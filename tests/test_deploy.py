@@ -138,18 +138,23 @@ def test_example_config_is_valid() -> None:
     assert config.receiver.http.startswith("0.0.0.0:") and config.receiver.grpc.startswith("0.0.0.0:")
 
 
-def test_podmonitor_selects_the_pods_and_their_metrics_port() -> None:
-    (pm,) = [d for _, d in MANIFESTS if d["kind"] == "PodMonitor"]
+@pytest.mark.parametrize("name", ["ragmon", "ragmon-pool"])
+def test_podmonitor_selects_the_pods_and_their_metrics_port(name: str) -> None:
+    """Each PodMonitor selects the pods applied with it (a PodMonitor sees its own namespace)."""
+    (pm,) = [d for _, d in MANIFESTS if d["kind"] == "PodMonitor" and d["metadata"]["name"] == name]
     assert pm["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(pm["spec"]) <= {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels"}
     selector = pm["spec"]["selector"]["matchLabels"]
     (endpoint,) = pm["spec"]["podMetricsEndpoints"]
     assert endpoint["path"] == "/metrics" and re.fullmatch(r"\d+s", endpoint["interval"])
-    selected = [(name, spec) for name, labels, spec in _pod_specs() if selector.items() <= labels.items()]
-    assert len(selected) == 2  # the sidecar deployment and the pool
-    for name, spec in selected:
+    selected = [(path, spec) for path, labels, spec in _pod_specs() if selector.items() <= labels.items()]
+    (pm_file,) = [path.split(":")[0] for path, doc in MANIFESTS if doc is pm]
+    kustomized = set(yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"])
+    applied_with = kustomized if pm_file in kustomized else {pm_file}
+    assert len(selected) == 1 and selected[0][0].split(":")[0] in applied_with, selected
+    for path, spec in selected:
         ports = {p["name"]: p["containerPort"] for c in [*spec.get("initContainers", []), *spec["containers"]] for p in c.get("ports", [])}
-        assert ports[endpoint["port"]] == 9464, name
+        assert ports[endpoint["port"]] == 9464, path
     # the job label, "<namespace>/<name>", matches the rules' job_regex
     from ragmon.rules import Thresholds
 

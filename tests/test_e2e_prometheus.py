@@ -183,6 +183,13 @@ def test_every_dashboard_query_parses_and_returns_data(stack: Stack) -> None:
         assert not last, f"{len(last)} of {len(targets)} dashboard queries fail:\n" + "\n".join(last)
 
 
+def quality_alerts(stack: Stack) -> list[dict[str, Any]]:
+    """Alerts about the RAG service received so far. ragmon's own alerts (``Ragmon*``) are left
+    out: scaled by the same ``--for-scale``, RagmonDown waits only 3s, which a slow scrape on a
+    busy CI machine can reach without anything being wrong with the test's subject."""
+    return [a for _, a in stack.webhook.alerts() if not a["labels"].get("alertname", "").startswith("Ragmon")]
+
+
 def hit_rate_alerts(stack: Stack, status: str, after: float) -> list[dict[str, Any]]:
     """RagHitRateDrop alerts of variant B with ``status`` in notifications since ``after``."""
     return [
@@ -205,7 +212,7 @@ def test_a_retrieval_regression_fires_the_hit_rate_alert_and_restoring_quality_r
             and api.vector(f'ragmon:retrieval_hit_rate:ratio_rate{b}_offset{w}{{variant="{REGRESSED}", k="1"}} == 1'),
             timeout=90,
         )
-        assert not [a for _, a in webhook.alerts()], "alerts on good traffic:\n" + webhook.summary()
+        assert not quality_alerts(stack), "alerts on good traffic:\n" + webhook.summary()
 
         # 2. the regression: variant B no longer retrieves the relevant document
         traffic.regress(REGRESSED)
@@ -262,9 +269,9 @@ def test_a_retrieval_regression_fires_the_hit_rate_alert_and_restoring_quality_r
         assert not still, still
 
         # only the regression alerted: nothing for the control variant, no other alert
-        names = {a["labels"].get("alertname") for _, a in webhook.alerts()}
+        names = {a["labels"].get("alertname") for a in quality_alerts(stack)}
         assert names <= EXPECTED_ALERTS, webhook.summary(50)
-        assert not [a for _, a in webhook.alerts() if a["labels"].get("variant") != REGRESSED], webhook.summary(50)
+        assert not [a for a in quality_alerts(stack) if a["labels"].get("variant") != REGRESSED], webhook.summary(50)
         print(
             f"good phase {regressed_at - traffic.started:.1f}s, fired {fired_after:.1f}s after the regression, "
             f"resolved {resolved_after:.1f}s after the restore; traces sent {traffic.sent}"

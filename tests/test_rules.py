@@ -405,6 +405,10 @@ def test_alerts_carry_severity_annotations_and_runbook_sections() -> None:
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
         url = rule["annotations"]["runbook_url"]
         assert url == f"{RUNBOOK_URL}#{name.lower()}" and name.lower() in anchors, name
+    own = _alert_rules(rule_groups(thresholds=Thresholds(runbook_url="https://wiki.example.com/ragmon")))
+    assert {r["annotations"]["runbook_url"] for r in own.values()} == {f"https://wiki.example.com/ragmon#{n.lower()}" for n in own}
+    with pytest.raises(ValueError, match="runbook_url"):
+        Thresholds(runbook_url="docs/runbook.md")
 
 
 def _github_anchor(heading: str) -> str:
