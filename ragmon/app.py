@@ -31,10 +31,12 @@ from ragmon.config import Config, parse_duration, parse_listen
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
 from ragmon.exporter import RagMetrics, StatsCollector, self_metrics
 from ragmon.judge.stage import JudgeStage
+from ragmon.model import RagRecord
 from ragmon.relevance import Qrels, read_qrels
 from ragmon.pipeline import Pipeline
 from ragmon.pricing import Pricer
-from ragmon.scoring import score_record
+from ragmon.probe import Probes
+from ragmon.scoring import RecordScores, score_record
 from ragmon.receivers import otlp_grpc, otlp_http
 from ragmon.receivers.ingest import IngestStats, ReceiverSettings
 
@@ -80,12 +82,18 @@ class Sidecar:
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
         pricer = Pricer.from_config(cfg)
         self.judge = JudgeStage(cfg.judge, self.metrics, pricer, self.clock, self.environ)
+        self.probes = Probes.from_config(cfg, self.clock)
+
+        def judge(record: RagRecord, scores: RecordScores, now: float) -> None:
+            probe = scores.probe
+            self.judge.observe(record if probe is None else probe.apply(record), now, probe is not None)
+
         self.pipeline = Pipeline(
             assembler=self.assembler,
             extract=lambda trace: extract_rag_record(trace, options),
-            score=lambda record: score_record(record, cfg.scoring.k, pricer, golden),
+            score=lambda record: score_record(record, cfg.scoring.k, pricer, golden, self.probes.take(record.trace_id)),
             metrics=self.metrics,
-            after=self.judge.observe,
+            after=judge,
             clock=self.clock,
             max_queued_spans=cfg.receiver.max_queued_spans,
             max_queued_bytes=cfg.receiver.max_queued_bytes,
@@ -96,6 +104,8 @@ class Sidecar:
             StatsCollector(lambda: self_metrics(self.ingest, self.assembler.stats(), self.pipeline.stats()))
         )
         self.registry.register(StatsCollector(self.judge.collect))
+        if self.probes.probers:
+            self.registry.register(StatsCollector(self.probes.collect))
         self._runners: list[web.AppRunner] = []
         self._grpc: grpc.aio.Server | None = None
         self.worker: asyncio.Task[None] | None = None
@@ -147,6 +157,7 @@ class Sidecar:
             ("traces ignored (no retrieval or LLM span)", str(stats.ignored)),
             ("retrievals without relevance", str(stats.unlabelled)),
             ("judge", self.judge.mode),
+            ("probes", ", ".join(p.name for p in self.probes.probers) or "none"),
         ]
         notes = []
         if stats.without_content:
@@ -191,9 +202,13 @@ class Sidecar:
             self._grpc, port = await otlp_grpc.start(*grpc_address, self.receiver_settings, self.pipeline, self.ingest)
             self.ports.grpc = port
             log.info("OTLP/gRPC on %s:%d", grpc_address[0], port)
+        await self.probes.start()
+        for prober in self.probes.probers:
+            log.info("probe %s: %d queries every %s", prober.name, len(prober.queries), prober.interval)
 
     async def stop(self, timeout: float = 30.0) -> None:
-        """Stop accepting, let the worker score every trace held, then close the servers."""
+        """Stop probing and accepting, let the worker score every trace held, then close the servers."""
+        await self.probes.stop(min(1.0, timeout))
         await self.pipeline.shutdown()
         if self.worker is not None and not self.worker.done():
             try:

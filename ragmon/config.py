@@ -345,13 +345,7 @@ def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Conf
             if not isinstance(table, list):
                 problems.append("probe: use [[probe]] (an array of tables)")
                 continue
-            probes = []
-            for i, item in enumerate(table):
-                probe = _section("probe", ProbeConfig, item, problems)
-                if not probe.url:
-                    problems.append(f"probe[{i}].url: required")
-                probes.append(probe)
-            sections["probe"] = tuple(probes)
+            sections["probe"] = tuple(_section("probe", ProbeConfig, item, problems) for item in table)
         elif name == "pricing":
             if not isinstance(table, dict):
                 problems.append("pricing: expected a table of models")
@@ -367,9 +361,40 @@ def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Conf
                 seen.setdefault(model.strip().lower(), model)
         else:
             problems.append(_unknown(name, [*_SECTIONS, "probe", "pricing"]))
+    if "probe" in sections:
+        _check_probes(sections["probe"], sections.get("scoring", ScoringConfig()), problems)
     if problems:
         raise ConfigError(source, problems)
     return Config(**sections)
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _check_probes(probes: tuple[ProbeConfig, ...], scoring: ScoringConfig, problems: list[str]) -> None:
+    """What one ``[[probe]]`` table cannot tell: URL, method, paths, unique names, a dataset."""
+    from ragmon.probe import parse_path, probe_name  # ragmon.probe imports this module
+
+    names: dict[str, int] = {}
+    for i, probe in enumerate(probes):
+        if not probe.url:
+            problems.append(f"probe[{i}].url: required")
+        elif not probe.url.startswith(("http://", "https://")):
+            problems.append(f"probe[{i}].url: must be an http:// or https:// URL, got {probe.url!r}")
+        if probe.method.upper() not in _METHODS:
+            problems.append(f"probe[{i}].method: expected one of {sorted(_METHODS)}, got {probe.method!r}")
+        for key in ("response_ids", "response_answer"):
+            if getattr(probe, key):
+                try:
+                    parse_path(getattr(probe, key))
+                except ValueError as exc:
+                    problems.append(f"probe[{i}].{key}: {exc}")
+        if not probe.dataset and not scoring.golden:
+            problems.append(f"probe[{i}].dataset: required when [scoring] golden is not set")
+        name = probe_name(probe)
+        if name in names:
+            problems.append(f"probe[{i}].name: {name!r} is also probe[{names[name]}]'s name")
+        names.setdefault(name, i)
 
 
 def load_config(path: str | None = None) -> Config:

@@ -83,8 +83,8 @@ def _hit_rate(window: str = "$__rate_interval") -> str:
     )
 
 
-def _quantile(q: float, by: str, match: str) -> str:
-    buckets = _rate("ragmon_request_duration_seconds_bucket", f"le, {by}" if by else "le", match)
+def _quantile(q: float, by: str, match: str, histogram: str = "ragmon_request_duration_seconds") -> str:
+    buckets = _rate(f"{histogram}_bucket", f"le, {by}" if by else "le", match)
     return f"histogram_quantile({q:g}, {buckets})"
 
 
@@ -315,6 +315,26 @@ def _judge() -> list[Panel]:
     ]
 
 
+def _probes() -> list[Panel]:
+    probe_hits = _ratio(
+        _rate("ragmon_retrieval_hits_total", _BY_SVSK, f'{_SV}, source="probe", k=~"$k"'),
+        _rate("ragmon_retrieval_queries_total", _BY_SVS, f'{_SV}, source="probe"'),
+        "ignoring (k) group_left ()",
+    )
+    return [
+        _panel("Probe requests / s", "Golden queries the prober sent, by outcome (ok, http_error, timeout, "
+               "error).", _REQPS, [(_rate("ragmon_probe_requests_total", "probe, outcome"), "{{probe}} {{outcome}}")]),
+        _panel("Probe round trip p95", "95th percentile of the probed endpoint's answer time.", _SECONDS,
+               [(_quantile(0.95, "probe", "", "ragmon_probe_duration_seconds"), "{{probe}}")]),
+        _panel("Probe traces / s", "Probe traces joined and scored, missing (the app did not continue the "
+               "traceparent or export the trace), dropped (registry full).", _NUMBER,
+               [(_rate("ragmon_probe_traces_total", "probe, result"), "{{probe}} {{result}}"),
+                ("sum (ragmon_probe_traces_pending)", "waiting for their trace")]),
+        _panel("Probe hit rate@k", "Hit rate of the probed golden queries (source probe).", _RATIO,
+               [(probe_hits, f"{_LEGEND_SV} @{{{{k}}}}")]),
+    ]
+
+
 def _per_replica(metric: str, by: str = "instance") -> str:
     return f"sum by ({by}) ({metric})"
 
@@ -404,6 +424,7 @@ def dashboard(runbook_url: str = RUNBOOK_URL) -> dict[str, Any]:
         ("Cost", _cost()),
         ("Tokens", _tokens()),
         ("Judge", _judge()),
+        ("Probes (with [[probe]] configured)", _probes()),
         ("ragmon", _ragmon()),
     ]
     return {

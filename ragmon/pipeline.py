@@ -51,7 +51,7 @@ class Pipeline:
         extract: Callable[[Trace], RagRecord | None],
         score: Callable[[RagRecord], RecordScores],
         metrics: RagMetrics,
-        after: Callable[[RagRecord, float], None] | None = None,
+        after: Callable[[RagRecord, RecordScores, float], None] | None = None,
         clock: Callable[[], float],
         max_queued_spans: int,
         max_queued_bytes: int = 128 * 1024 * 1024,
@@ -62,7 +62,7 @@ class Pipeline:
         self._score = score
         self._metrics = metrics
         self._after = after
-        """Called with each scored record (the judge stage); must not wait."""
+        """Called with each scored record and its scores (the judge stage); must not wait."""
         self._clock = clock
         self._max_queued = max_queued_spans
         self._max_queued_bytes = max_queued_bytes
@@ -151,7 +151,7 @@ class Pipeline:
                 scores = self._score(record)
                 self._metrics.observe(record, scores, now)
                 if self._after is not None:
-                    self._after(record, now)
+                    self._after(record, scores, now)
             except Exception:  # one bad trace must not stop the worker
                 self._dropped["trace_error"] += 1
                 log.exception("could not score trace %s", trace.trace_id.hex())

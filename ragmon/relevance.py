@@ -3,6 +3,7 @@
 Labels are ``id -> grade`` (integer grade >= 0; ``relevant_document_ids`` give grade 1), found
 by query id or by normalized query text. Files are JSON Lines (``query_id`` and/or ``query``
 plus ``relevant_document_ids`` or ``relevance``) or TREC qrels (``query-id 0 doc-id grade``).
+``read_golden_queries`` reads a JSONL golden set as the list of queries the prober replays.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ragmon.errors import InputError
 from ragmon.jsonl import iter_jsonl, read_bytes_lines
 from ragmon.text import normalize_query
 
-__all__ = ["Qrels", "parse_labels", "read_qrels", "as_id", "id_list", "optional_str"]
+__all__ = ["GoldenQuery", "Qrels", "parse_labels", "read_golden_queries", "read_qrels", "as_id", "id_list", "optional_str"]
 
 
 @dataclass(slots=True)
@@ -32,6 +33,16 @@ class Qrels:
         if query is not None:
             return self.by_text.get(normalize_query(query))
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenQuery:
+    """One line of a golden set: the query, its labels (``None`` when the line gives none) and
+    its reference answer."""
+
+    query: str
+    grades: dict[str, int] | None
+    reference_answer: str | None = None
 
 
 def as_id(value: Any, what: str) -> str:
@@ -135,3 +146,18 @@ def read_qrels(path: str, *, progress: bool = False) -> Qrels:
         if query is not None:
             qrels.by_text[normalize_query(query)] = grades
     return qrels
+
+
+def read_golden_queries(path: str) -> list[GoldenQuery]:
+    """The queries of a JSONL golden set in file order (``query`` required; labels and
+    ``reference_answer`` optional); ``InputError`` naming the line otherwise."""
+    queries = []
+    for line, obj in iter_jsonl(path):
+        try:
+            query = optional_str(obj, "query")
+            if not query:
+                raise ValueError('needs "query" (the text sent to the service)')
+            queries.append(GoldenQuery(query, parse_labels(obj), optional_str(obj, "reference_answer")))
+        except ValueError as exc:
+            raise InputError(path, str(exc), line) from None
+    return queries

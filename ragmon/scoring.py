@@ -2,13 +2,14 @@
 
 Pure: ``score_record`` reads a ``RagRecord`` and returns a ``RecordScores``; it holds no state
 and reads no clock. The ranking scored is the one handed to generation: the reranker's output
-when there was a reranker, else the retriever's.
+when there was a reranker, else the retriever's (for source ``probe``, the ranking read from the
+response when the probe has ``response_ids``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ragmon.metrics import retrieval
@@ -17,7 +18,7 @@ from ragmon.relevance import Qrels
 from ragmon.pricing import PriceSource, Pricer
 
 __all__ = [
-    "RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_judged_retrieval", "score_record",
+    "ProbeLabels", "RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_judged_retrieval", "score_record",
     "final_ranking",
 ]
 
@@ -49,6 +50,28 @@ class PricedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeLabels:
+    """What the prober knows of a request it sent (source ``probe``, joined by trace id): the
+    golden labels and reference answer of its query and, when the probe reads them from the
+    response (``response_ids`` / ``response_answer``), the ranking and answer, which then
+    replace the trace's."""
+
+    probe: str
+    grades: Mapping[str, int] | None
+    reference_answer: str | None = None
+    ranking: tuple[str, ...] | None = None
+    answer: str | None = None
+
+    def apply(self, record: RagRecord) -> RagRecord:
+        """``record`` with the response's answer and, unless the trace had one, the reference answer."""
+        answer = self.answer if self.answer is not None else record.answer
+        reference = record.reference_answer or self.reference_answer
+        if answer == record.answer and reference == record.reference_answer:
+            return record
+        return replace(record, answer=answer, reference_answer=reference)
+
+
+@dataclass(frozen=True, slots=True)
 class RecordScores:
     """Everything ragmon derives from one record."""
 
@@ -56,6 +79,8 @@ class RecordScores:
     unlabelled: bool
     """The request retrieved documents but no source said which were relevant."""
     calls: tuple[PricedCall, ...]
+    probe: ProbeLabels | None = None
+    """Set when the request was one of the prober's."""
 
     @property
     def cost_usd(self) -> float | None:
@@ -114,24 +139,29 @@ def score_judged_retrieval(ranking: Sequence[str], relevant_ids: Sequence[str], 
     )
 
 
-def score_record(record: RagRecord, ks: Sequence[int], pricer: Pricer, golden: Qrels | None = None) -> RecordScores:
-    """Score a record: retrieval per relevance source (``label``, ``golden``) and priced calls."""
+def score_record(
+    record: RagRecord, ks: Sequence[int], pricer: Pricer, golden: Qrels | None = None, probe: ProbeLabels | None = None,
+) -> RecordScores:
+    """Score a record: retrieval per relevance source (``label``, ``golden``, ``probe``) and priced calls."""
     scores: list[RetrievalScore] = []
     labelled = False
+    sources: list[tuple[str, Sequence[str], dict[str, int]]] = []
     if record.has_retrieval:
         ranking = final_ranking(record)
-        sources: list[tuple[str, dict[str, int]]] = []
         if record.relevance is not None:
-            sources.append(("label", dict(record.relevance)))
+            sources.append(("label", ranking, dict(record.relevance)))
         if golden is not None and record.query is not None:
             found = golden.lookup(None, record.query)
             if found is not None:
-                sources.append(("golden", found))
-        for source, grades in sources:
-            score = score_retrieval(ranking, grades, source, ks)
-            if score is not None:
-                scores.append(score)
-                labelled = True
+                sources.append(("golden", ranking, found))
+    if probe is not None and probe.grades is not None and (probe.ranking is not None or record.has_retrieval):
+        probed = probe.ranking if probe.ranking is not None else final_ranking(record)
+        sources.append(("probe", probed, dict(probe.grades)))
+    for source, ranked, grades in sources:
+        score = score_retrieval(ranked, grades, source, ks)
+        if score is not None:
+            scores.append(score)
+            labelled = True
     calls = []
     for call in record.llm_calls:
         if call.cost_usd is None and not call.input_tokens and not call.output_tokens:
@@ -143,4 +173,4 @@ def score_record(record: RagRecord, ks: Sequence[int], pricer: Pricer, golden: Q
             span_cost_usd=call.cost_usd, at_ns=record.start_ns or None,
         )
         calls.append(PricedCall(call.model, call.purpose, call.input_tokens, call.output_tokens, price.usd, price.source))
-    return RecordScores(tuple(scores), record.has_retrieval and not labelled, tuple(calls))
+    return RecordScores(tuple(scores), record.has_retrieval and not labelled, tuple(calls), probe)

@@ -50,6 +50,8 @@ DEPLOY = ROOT / "deploy"
 T = TypeVar("T")
 
 SERVICE = "rag-api"
+EXAMPLE_SERVICE = "rag-example"
+"""The example app's service (the probe's target; a little traffic of its own)."""
 JOB = "ragmon"
 """Scrape job of ragmon: matches the rules' ``job_regex`` (``.*ragmon.*``), as in deploy/."""
 
@@ -539,9 +541,23 @@ class Stack:
 _LISTENING = re.compile(r"(metrics|OTLP/HTTP) on [\d.]+:(\d+)")
 
 
-def _ragmon_config(path: Path, judge_url: str) -> Path:
+PROBED = {
+    "What is the refund window?": "refund-policy",
+    "How long does shipping take?": "shipping-times",
+    "Do gift cards expire?": "gift-cards",
+}
+"""Golden queries the probe replays against the example app (deploy/example/rag_app.py), with
+the document of its corpus that answers each."""
+
+
+def _ragmon_config(path: Path, judge_url: str, probe_url: str) -> Path:
     pricing = "".join(
         f'[pricing."{model}"]\ninput = {inp}\noutput = {out}\n' for model, (inp, out) in PRICES.items()
+    )
+    golden = path.with_name("golden.jsonl")
+    golden.write_text(
+        "".join(json.dumps({"query": q, "relevant_document_ids": [doc]}) + "\n" for q, doc in PROBED.items()),
+        encoding="utf-8",
     )
     path.write_text(
         "[receiver]\nhttp = \"127.0.0.1:0\"\ngrpc = \"\"\n"
@@ -549,7 +565,9 @@ def _ragmon_config(path: Path, judge_url: str) -> Path:
         "[traces]\ngrace = \"300ms\"\n"
         f"[judge]\nbase_url = \"{judge_url}\"\nmodel = \"judge-model\"\nsample_rate = 1.0\n"
         "max_per_minute = 100000\nmax_usd_per_hour = 1000.0\nconcurrency = 4\ntimeout = \"10s\"\n"
-        + pricing,
+        + pricing
+        + f"[[probe]]\nname = \"ask\"\nurl = \"{probe_url}\"\ninterval = \"10s\"\ntimeout = \"5s\"\n"
+        f"dataset = \"{golden}\"\nresponse_answer = \"answer\"\n",
         encoding="utf-8",
     )
     return path
@@ -617,7 +635,8 @@ def start_stack(tmp: Path, rules: RuleSettings, rate: float, variants: Sequence[
 
         judge = stack.enter_context(judge_server_thread(responder=judge_responder))
 
-        config = _ragmon_config(tmp / "ragmon.toml", judge.base_url)
+        app_port = free_port()
+        config = _ragmon_config(tmp / "ragmon.toml", judge.base_url, f"http://127.0.0.1:{app_port}/ask")
         ragmon = started(Process(
             "ragmon", [sys.executable, "-m", "ragmon", "run", "--config", str(config)],
             tmp / "ragmon.log", _child_env(), noise=r" INFO httpx\w*: HTTP Request: ",
@@ -648,6 +667,16 @@ def start_stack(tmp: Path, rules: RuleSettings, rate: float, variants: Sequence[
             tmp / "prometheus.log", "/-/ready",
         )
         started(prometheus)
+
+        # the example app: the probe's target (it continues the prober's traceparent)
+        app = started(Process(
+            "rag-app",
+            [sys.executable, str(DEPLOY / "example" / "rag_app.py"), "--endpoint", f"http://127.0.0.1:{ragmon_ports['OTLP/HTTP']}",
+             "--port", str(app_port), "--service", EXAMPLE_SERVICE, "--rps", "0.1", "--hit-rate", "1",
+             "--error-rate", "0", "--slow-rate", "0", "--seed", "7"],
+            tmp / "rag-app.log", _child_env(),
+        ))
+        app.wait_ready("/healthz", _ready(f"http://127.0.0.1:{app_port}/healthz"))
 
         endpoint = f"http://127.0.0.1:{ragmon_ports['OTLP/HTTP']}/v1/traces"
         send_malformed(endpoint)

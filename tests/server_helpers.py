@@ -6,10 +6,13 @@ import asyncio
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, TypeVar
+
+from ragmon.app import Sidecar
+from ragmon.config import Config
 
 T = TypeVar("T")
 
@@ -38,6 +41,27 @@ def loop_thread() -> Iterator[LoopThread]:
         yield thread
     finally:
         thread.close()
+
+
+@contextmanager
+def sidecar_thread(
+    config: Config, clock: Callable[[], float], environ: Mapping[str, str] | None = None,
+) -> Iterator[tuple[Sidecar, LoopThread]]:
+    """A started ``Sidecar`` on its own event loop thread (no judge endpoint from the
+    environment unless ``environ`` gives one); stopped on exit."""
+    loop = LoopThread()
+
+    async def start() -> Sidecar:
+        started = Sidecar(config, clock=clock, environ=dict(environ or {}))
+        await started.start()
+        return started
+
+    car = loop.run(start())
+    try:
+        yield car, loop
+    finally:
+        loop.run(car.stop(timeout=10))
+        loop.close()
 
 
 def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:

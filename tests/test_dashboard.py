@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from e2e_stack import free_port
 from judge_server import judge_server_thread
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.resources import Resource
@@ -27,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_sidecar import scrape, wait_for
 from test_sidecar_judge import ANSWER, DOCS, running
 
-from ragmon.config import JudgeConfig
+from ragmon.config import JudgeConfig, ProbeConfig
 from ragmon.dashboard import UID, main, render_dashboard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,11 +90,15 @@ def _send(endpoint: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def scraped() -> Iterator[str]:
-    """/metrics of a real sidecar with an LLM judge, after ``_send``'s traces are scored and judged."""
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """/metrics of a real sidecar with an LLM judge and a probe, after ``_send``'s traces are
+    scored and judged (the probe's series exist at 0 before its first request)."""
+    golden = tmp_path_factory.mktemp("golden") / "golden.jsonl"
+    golden.write_text(json.dumps({"query": "what is the refund window?", "relevant_document_ids": ["d1"]}) + "\n")
+    probe = ProbeConfig(name="ask", url=f"http://127.0.0.1:{free_port()}/ask", dataset=str(golden))
     with judge_server_thread(usage=(100, 20)) as server:
         judge = JudgeConfig(base_url=server.base_url, model="judge-model", sample_rate=1.0, concurrency=2)
-        with running(judge) as (car, clock, _):
+        with running(judge, probes=(probe,)) as (car, clock, _):
             spans = _send(f"http://127.0.0.1:{car.ports.http}/v1/traces")
             wait_for(lambda: car.assembler.stats().spans_held == spans)
             clock.now += 3.0  # past the grace
@@ -266,7 +271,8 @@ def test_queries_filter_by_the_variables_where_the_labels_exist(labels: dict[str
             if any("service" in labels.get(other, ()) and "variant" not in labels[other] for other in names):
                 wanted.discard("variant")  # per request of a series with no variant (cost, tokens): all variants
             for label in wanted & labels[name]:
-                assert f'{label}=~"${label}"' in matchers, (panel["title"], name, label)
+                fixed = re.search(rf'\b{label}="[^"]+"', matchers)  # a panel about one value (source="probe")
+                assert f'{label}=~"${label}"' in matchers or fixed, (panel["title"], name, label)
     assert not unknown, unknown
 
 

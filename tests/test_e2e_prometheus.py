@@ -3,7 +3,9 @@ Debian's Prometheus with the rules ``python -m ragmon.rules`` generates (windows
 shortened through its options), alerting through Debian's Alertmanager (the deploy/ config,
 timers shortened) to a webhook the test runs.
 
-Every query of the Grafana dashboard parses and returns data; a retrieval regression injected
+A ``[[probe]]`` replays golden queries against the example app (deploy/example/rag_app.py),
+which continues the prober's ``traceparent``. Every query of the Grafana dashboard parses and
+returns data; a retrieval regression injected
 into variant B's traffic fires RagHitRateDrop, which reaches the webhook with its labels and
 annotations; restoring quality resolves it; variant A, the control, never alerts. The stack
 starts once for the module (``e2e_stack.py``); the whole module takes about 70 seconds.
@@ -26,6 +28,7 @@ from typing import Any
 
 import pytest
 from e2e_stack import (
+    EXAMPLE_SERVICE,
     JOB,
     ROOT,
     SERVICE,
@@ -78,12 +81,16 @@ EVERY_KIND = [
     'ragmon_window_samples{window="5m"}',
     'ragmon_spans_received_total{protocol="http"}',
     "ragmon_build_info",
+    'ragmon_probe_requests_total{probe="ask", outcome="ok"} > 0',
+    'ragmon_probe_duration_seconds_count{probe="ask"} > 0',
+    'ragmon_probe_traces_total{probe="ask", result="joined"} > 0',
+    'ragmon_retrieval_queries_total{service="rag-example", source="probe"} > 0',
     "ragmon:requests:rate5m",
     "ragmon:retrieval_hit_rate:ratio_rate5m",
     "ragmon:faithfulness:ratio_rate5m",
 ]
 """Series the traffic must create, in Prometheus (retrieval with labels, judge scores, tokens,
-cost, errors, every stage, self-metrics, recording rules)."""
+cost, errors, every stage, self-metrics, the probe's requests and joined traces, recording rules)."""
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +143,14 @@ def test_prometheus_scrapes_ragmon_and_loads_the_generated_rules(stack: Stack) -
 
         wait_for_every_kind_of_series(stack)
         traces = api.vector(f'sum by (service, variant) (ragmon_traces_total{{job="{JOB}"}})')
-        assert {(s["metric"]["service"], s["metric"]["variant"]) for s in traces} == {(SERVICE, CONTROL), (SERVICE, REGRESSED)}
+        assert {(s["metric"]["service"], s["metric"]["variant"]) for s in traces} == {
+            (SERVICE, CONTROL), (SERVICE, REGRESSED), (EXAMPLE_SERVICE, "default"),
+        }
+        # the example app puts the golden document in its top 3 every time (--hit-rate 1)
+        probe = f'service="{EXAMPLE_SERVICE}", source="probe"'
+        queries = api.vector(f"sum(ragmon_retrieval_queries_total{{{probe}}})")
+        hits = api.vector(f'sum(ragmon_retrieval_hits_total{{{probe}, k="3"}})')
+        assert queries and hits and float(hits[0]["value"][1]) == float(queries[0]["value"][1]) > 0
 
 
 def test_every_dashboard_query_parses_and_returns_data(stack: Stack) -> None:
@@ -184,10 +198,14 @@ def test_every_dashboard_query_parses_and_returns_data(stack: Stack) -> None:
 
 
 def quality_alerts(stack: Stack) -> list[dict[str, Any]]:
-    """Alerts about the RAG service received so far. ragmon's own alerts (``Ragmon*``) are left
-    out: scaled by the same ``--for-scale``, RagmonDown waits only 3s, which a slow scrape on a
-    busy CI machine can reach without anything being wrong with the test's subject."""
-    return [a for _, a in stack.webhook.alerts() if not a["labels"].get("alertname", "").startswith("Ragmon")]
+    """Alerts about the traffic's service received so far. ragmon's own alerts (``Ragmon*``) are
+    left out: scaled by the same ``--for-scale``, RagmonDown waits only 3s, which a slow scrape on
+    a busy CI machine can reach without anything being wrong with the test's subject; so is the
+    example app (the probe's target), whose few requests stay under the guards anyway."""
+    return [
+        a for _, a in stack.webhook.alerts()
+        if not a["labels"].get("alertname", "").startswith("Ragmon") and a["labels"].get("service") == SERVICE
+    ]
 
 
 def hit_rate_alerts(stack: Stack, status: str, after: float) -> list[dict[str, Any]]:
@@ -265,7 +283,10 @@ def test_a_retrieval_regression_fires_the_hit_rate_alert_and_restoring_quality_r
         resolved_after = time.monotonic() - restored_at
         assert {a["labels"]["k"] for a in payload["alerts"]} == KS
         assert all(a["status"] == "resolved" and not a["endsAt"].startswith("0001") for a in payload["alerts"])
-        still = [a for a in api.get("/api/v1/alerts")["data"]["alerts"] if a["labels"]["alertname"] == "RagHitRateDrop"]
+        still = [
+            a for a in api.get("/api/v1/alerts")["data"]["alerts"]
+            if a["labels"]["alertname"] == "RagHitRateDrop" and a["labels"].get("service") == SERVICE
+        ]
         assert not still, still
 
         # only the regression alerted: nothing for the control variant, no other alert

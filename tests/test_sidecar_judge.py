@@ -16,11 +16,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
-from server_helpers import LoopThread
+from server_helpers import LoopThread, sidecar_thread
 from test_sidecar import FakeClock, samples, scrape, value, wait_for
 
 from ragmon.app import Sidecar
-from ragmon.config import Config, JudgeConfig, MetricsConfig, Price, ReceiverConfig
+from ragmon.config import Config, JudgeConfig, MetricsConfig, Price, ProbeConfig, ReceiverConfig
 from ragmon.judge.lexical import lexical_faithfulness
 
 DOCS = [
@@ -63,26 +63,19 @@ def send_traces(exporters: list[SpanExporter], n: int, evaluation: float | None 
 
 
 @contextmanager
-def running(judge: JudgeConfig, environ: dict[str, str] | None = None) -> Iterator[tuple[Sidecar, FakeClock, LoopThread]]:
+def running(
+    judge: JudgeConfig, environ: dict[str, str] | None = None, probes: tuple[ProbeConfig, ...] = (),
+) -> Iterator[tuple[Sidecar, FakeClock, LoopThread]]:
     clock = FakeClock()
     config = Config(
         receiver=ReceiverConfig(http="127.0.0.1:0", grpc=""),
         metrics=MetricsConfig(listen="127.0.0.1:0"),
         judge=judge,
         pricing={"gpt-4o-mini": Price(input=0.15, output=0.60), "judge-model": JUDGE_PRICE},
+        probe=probes,
     )
-    loop = LoopThread()
-
-    async def make() -> Sidecar:
-        return Sidecar(config, clock=clock, environ=environ or {})
-
-    car = loop.run(make())
-    loop.run(car.start())
-    try:
+    with sidecar_thread(config, clock, environ) as (car, loop):
         yield car, clock, loop
-    finally:
-        loop.run(car.stop(timeout=10))
-        loop.close()
 
 
 def exporter(car: Sidecar) -> HttpExporter:

@@ -8,6 +8,8 @@
   precision@k);
 - with no endpoint, the sampled share of records gets the offline lexical faithfulness
   estimate (source ``judge``, judge ``lexical``), so generation panels are never empty;
+- the prober's records are always judged (SPEC §7): they skip the sample rate and the
+  per-minute cap, not the USD budget;
 - with ``[judge] export_endpoint``, judge and lexical scores are sent onward as OTLP spans
   carrying ``gen_ai.evaluation.result`` events.
 """
@@ -105,8 +107,9 @@ class JudgeStage:
             except TimeoutError:
                 log.warning("evaluation sender did not finish in %.0fs", timeout)
 
-    def observe(self, record: RagRecord, now: float) -> None:
-        """Everything the judge stage does for one scored record (never waits)."""
+    def observe(self, record: RagRecord, now: float, probe: bool = False) -> None:
+        """Everything the judge stage does for one scored record (never waits). A ``probe``
+        record is always judged (SPEC §7): no sample rate or per-minute cap, still the USD budget."""
         app: dict[str, float] = {}
         for evaluation in record.evaluations:
             name = APP_EVALUATION_NAMES.get(evaluation.name.strip().lower())
@@ -117,9 +120,9 @@ class JudgeStage:
             self._app += 1
             self._metrics.observe_judged(record, "app", "app", app, None, now)
         if self.judge is not None:
-            self.judge.submit(record, now)
+            self.judge.submit(record, now, probe)
             return
-        if not sampled(record.trace_id, self._config.sample_rate) or not self._config.send_documents:
+        if not (probe or sampled(record.trace_id, self._config.sample_rate)) or not self._config.send_documents:
             return
         docs = record.reranked if record.reranked is not None else record.retrieved
         if not docs or any(d.content is None for d in docs):
