@@ -362,6 +362,25 @@ def _example() -> ModuleType:
     return module
 
 
+def test_compose_demo_probes_the_example_app_with_its_golden_set() -> None:
+    """compose's ragmon config probes rag-app's /ask (its port, its body) with a golden set
+    that is exactly the example app's questions, relevant documents and answers."""
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    mounts = dict(reversed(volume.split(":")[:2]) for volume in services["ragmon"]["volumes"])
+    config_file = DEPLOY / mounts[services["ragmon"]["environment"]["RAGMON_CONFIG"]]
+    config = load_config(str(config_file))
+    golden_file = DEPLOY / mounts[config.scoring.golden]
+    (probe,) = config.probe
+    app = _example()
+    container_port = services["rag-app"]["ports"][0].rsplit(":", 1)[1]
+    assert probe.url == f"http://rag-app:{container_port}/ask"
+    assert probe.body == {"question": "{query}"} and 'body["question"]' in (DEPLOY / "example" / "rag_app.py").read_text()
+    golden = [json.loads(line) for line in golden_file.read_text().splitlines()]
+    assert golden == [
+        {"query": q, "relevant_document_ids": [doc], "reference_answer": answer} for q, doc, answer in app.QUESTIONS
+    ]
+
+
 def wait_for(condition: Callable[[], bool], state: Callable[[], object], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
