@@ -74,11 +74,11 @@ def _mean(metric: str, by: str, match: str, window: str = "$__rate_interval") ->
     return _ratio(_rate(f"{metric}_sum", by, match, window), _rate(f"{metric}_count", by, match, window))
 
 
-def _hit_rate(window: str = "$__rate_interval") -> str:
+def _hit_rate(window: str = "$__rate_interval", source: str = 'source=~"$source"') -> str:
     """Hit rate@k: hits over scored queries, summed across replicas."""
     return _ratio(
-        _rate("ragmon_retrieval_hits_total", _BY_SVSK, _SVSK, window),
-        _rate("ragmon_retrieval_queries_total", _BY_SVS, _SVS, window),
+        _rate("ragmon_retrieval_hits_total", _BY_SVSK, f'{_SV}, {source}, k=~"$k"', window),
+        _rate("ragmon_retrieval_queries_total", _BY_SVS, f"{_SV}, {source}", window),
         "ignoring (k) group_left ()",
     )
 
@@ -316,11 +316,7 @@ def _judge() -> list[Panel]:
 
 
 def _probes() -> list[Panel]:
-    probe_hits = _ratio(
-        _rate("ragmon_retrieval_hits_total", _BY_SVSK, f'{_SV}, source="probe", k=~"$k"'),
-        _rate("ragmon_retrieval_queries_total", _BY_SVS, f'{_SV}, source="probe"'),
-        "ignoring (k) group_left ()",
-    )
+    probe_hits = _hit_rate(source='source="probe"')
     return [
         _panel("Probe requests / s", "Golden queries the prober sent, by outcome (ok, http_error, timeout, "
                "error).", _REQPS, [(_rate("ragmon_probe_requests_total", "probe, outcome"), "{{probe}} {{outcome}}")]),

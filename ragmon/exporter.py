@@ -319,11 +319,7 @@ class RagMetrics:
 
     def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
         """Count one scored request and buffer its values (see ``flush``)."""
-        if now != self._now:
-            self._moved(now)
-        self._buffered += 1
-        if self._buffered > MAX_BUFFERED:
-            self.flush()
+        self._buffer_one(now)
         limit = self.limit
         service = limit("service", record.service or "unknown")
         variant = limit("variant", record.variant or "default")
@@ -403,11 +399,7 @@ class RagMetrics:
     ) -> None:
         """Fold one judgement in: generation scores by name (``GENERATION_SCORES``) under
         (``source``, ``judge``), and the judge's retrieval score (source ``judge``) if any."""
-        if now != self._now:
-            self._moved(now)
-        self._buffered += 1
-        if self._buffered > MAX_BUFFERED:
-            self.flush()
+        self._buffer_one(now)
         service = self.limit("service", record.service or "unknown")
         variant = self.limit("variant", record.variant or "default")
         trace_id = record.trace_id.hex()
@@ -427,12 +419,18 @@ class RagMetrics:
         if retrieval is not None:
             self._observe_retrieval(service, variant, retrieval, trace_id)
 
-    def _moved(self, now: float) -> None:
-        """The clock moved: flush the buffers first unless ``now`` lies in the same window
-        buckets as the time they were observed at (then folding them later changes nothing)."""
-        if not (self.means.same_buckets(self._now, now) and self.latency.same_buckets(self._now, now)):
+    def _buffer_one(self, now: float) -> None:
+        """Make room for one more record observed at ``now``: flush first when the clock left
+        the window buckets of the buffered values (folding them later would then misplace
+        them) or when ``MAX_BUFFERED`` records wait."""
+        if now != self._now and not (
+            self.means.same_buckets(self._now, now) and self.latency.same_buckets(self._now, now)
+        ):
             self.flush()
             self._now = now
+        self._buffered += 1
+        if self._buffered > MAX_BUFFERED:
+            self.flush()
 
     def flush(self) -> None:
         """Fold the buffered values into the rolling windows (at the ``now`` they were observed

@@ -401,9 +401,7 @@ def test_example_app_feeds_a_real_ragmon() -> None:
     """The example's traces, through ragmon's real OTLP/HTTP receiver with deploy/ragmon.toml,
     become exact counts on /metrics; and every series the alert rules read is exported."""
     from prometheus_client.parser import text_string_to_metric_families
-    from server_helpers import LoopThread
-
-    from ragmon.app import Sidecar
+    from server_helpers import sidecar_thread
 
     base = load_config(str(DEPLOY / "ragmon.toml"))
     config: Config = dataclasses.replace(
@@ -412,14 +410,7 @@ def test_example_app_feeds_a_real_ragmon() -> None:
         metrics=dataclasses.replace(base.metrics, listen="127.0.0.1:0"),
     )
     clock = _Clock()
-    loop = LoopThread()
-
-    async def make() -> Sidecar:
-        return Sidecar(config, clock=clock)
-
-    car = loop.run(make())
-    loop.run(car.start())
-    try:
+    with sidecar_thread(config, clock) as (car, _):
         app = _example()
         argv = ["--endpoint", f"http://127.0.0.1:{car.ports.http}", "--requests", "40", "--rps", "0",
                 "--port", "-1", "--seed", "7", "--service", "rag-example", "--variant", "A", "--error-rate", "0"]
@@ -430,9 +421,6 @@ def test_example_app_feeds_a_real_ragmon() -> None:
         wait_for(lambda: car.pipeline.stats().records == 40, lambda: car.pipeline.stats())
         with urllib.request.urlopen(f"http://127.0.0.1:{car.ports.metrics}/metrics", timeout=10) as response:
             text = response.read().decode()
-    finally:
-        loop.run(car.stop())
-        loop.close()
     values = {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(text) for s in family.samples

@@ -13,7 +13,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from prometheus_client.parser import text_string_to_metric_families
-from server_helpers import LoopThread
+from server_helpers import LoopThread, sidecar_thread
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, Price, ReceiverConfig, MetricsConfig
@@ -93,18 +93,8 @@ def sidecar() -> Iterator[tuple[Sidecar, FakeClock, LoopThread]]:
         metrics=MetricsConfig(listen="127.0.0.1:0"),
         pricing={"gpt-4o-mini": PRICE},
     )
-    loop = LoopThread()
-    car = loop.run(_make(config, clock))
-    loop.run(car.start())
-    try:
+    with sidecar_thread(config, clock) as (car, loop):
         yield car, clock, loop
-    finally:
-        loop.run(car.stop())
-        loop.close()
-
-
-async def _make(config: Config, clock: FakeClock) -> Sidecar:
-    return Sidecar(config, clock=clock)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

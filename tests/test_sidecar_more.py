@@ -21,7 +21,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from server_helpers import LoopThread, post
+from server_helpers import LoopThread, post, sidecar_thread
 from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value, wait_for
 
 import ragmon
@@ -35,18 +35,8 @@ pytestmark = pytest.mark.filterwarnings(r"ignore:Calling \.text\(\) as a method 
 
 def _sidecar(config: Config) -> Iterator[tuple[Sidecar, FakeClock, LoopThread]]:
     clock = FakeClock()
-    loop = LoopThread()
-
-    async def make() -> Sidecar:
-        return Sidecar(config, clock=clock)
-
-    car = loop.run(make())
-    loop.run(car.start())
-    try:
+    with sidecar_thread(config, clock) as (car, loop):
         yield car, clock, loop
-    finally:
-        loop.run(car.stop())
-        loop.close()
 
 
 def _config(**sections: object) -> Config:
