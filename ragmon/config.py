@@ -94,6 +94,16 @@ class ReceiverConfig:
     """The same bound in approximate bytes of kept span data."""
     max_attribute_chars: int = 16_384
     """Longer string attribute values are cut (counted in ragmon_attributes_truncated_total)."""
+    max_connections: int = 1024
+    """Open connections per receiver; past it new connections are closed at once (counted)."""
+    max_inflight_bytes: int = 64 * 1024 * 1024
+    """Request bytes being read at once across connections; past it 503 + Retry-After."""
+    header_timeout: str = "10s"
+    """A request's line and headers must arrive within this (slow clients are cut off)."""
+    body_timeout: str = "30s"
+    """A request's body must arrive within this once its headers have."""
+    idle_timeout: str = "60s"
+    """A kept-alive connection with no request for this long is closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +114,15 @@ class MetricsConfig:
     token: str = ""
     max_label_values: int = 100
     """Distinct values kept per label (service, variant, model, …); more fold into ``other``."""
+    max_label_chars: int = 128
+    """Longer label values are cut to this many characters (counted)."""
+    max_series: int = 1000
+    """Label sets per metric family; past it new combinations fold into ``other`` (counted)."""
+    max_connections: int = 64
+    """Open connections to the metrics server; past it new ones are closed at once (counted)."""
+    linger: str = "10s"
+    """After SIGTERM and the drain, /metrics keeps answering until one scrape has read the
+    final values, or this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +236,17 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 _DURATIONS = {
     "traces.grace", "traces.max_wait", "judge.timeout", "probe.interval", "probe.timeout",
-    "feedback.retention",
+    "feedback.retention", "receiver.header_timeout", "receiver.body_timeout", "receiver.idle_timeout",
 }
+_DURATIONS_OR_ZERO = {"metrics.linger"}
 _EVALUATORS = ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness")
 _LISTENS = {"receiver.http", "receiver.grpc", "metrics.listen"}
 _POSITIVE_INTS = {
     "receiver.max_body_bytes", "receiver.max_queued_spans", "receiver.max_queued_bytes",
     "receiver.max_attribute_chars", "traces.max_bytes", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
     "judge.concurrency", "probe.concurrency", "feedback.max_traces", "judge.max_queue", "judge.cache_size",
+    "receiver.max_connections", "receiver.max_inflight_bytes", "metrics.max_label_chars", "metrics.max_series",
+    "metrics.max_connections",
 }
 
 
@@ -275,6 +297,8 @@ def _check_value(key: str, value: Any, default: Any, problems: list[str]) -> Any
         if key in _DURATIONS:
             if parse_duration(value) <= 0:
                 raise ValueError(f"must be longer than 0, got {value!r}")
+        elif key in _DURATIONS_OR_ZERO:
+            parse_duration(value)
         elif key in _LISTENS:
             parse_listen(value)
         elif key in _POSITIVE_INTS and value < 1:
