@@ -219,3 +219,105 @@ def test_metric_buffers_are_bounded_and_a_scrape_shows_every_value() -> None:
         "ragmon_window_samples", {"service": "s", "variant": "v", "source": "", "metric": "latency_total", "window": "5m"}
     ) == len(traces)
     assert not metrics._pending_means and not metrics._pending_latency
+
+
+# -- the queue's promises: exact bounds, bytes given back, a bad trace never stops the worker ---
+
+
+def test_queue_takes_exactly_its_span_capacity() -> None:
+    pipeline = _pipeline(max_spans=3, max_bytes=1 << 20)
+    assert pipeline.offer([_span(1, 10), _span(2, 10), _span(3, 10)])  # 3 of 3: full, still taken
+    assert not pipeline.offer([_span(4, 10)])
+    assert pipeline.stats().queued_spans == 3
+
+
+def test_queue_takes_exactly_its_byte_capacity() -> None:
+    pipeline = _pipeline(max_spans=100, max_bytes=1000)
+    assert pipeline.offer([_span(1, 600)])
+    assert pipeline.offer([_span(2, 400)])  # 1000 of 1000 bytes: taken
+    assert not pipeline.offer([_span(3, 1)])
+    assert pipeline.stats().queued_bytes == 1000
+
+
+def _counting_pipeline(extract: object, max_spans: int = 10, max_bytes: int = 1000) -> tuple[Pipeline, RagMetrics]:
+    metrics = RagMetrics(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: 0.0)
+    pricer = Pricer()
+    pipeline = Pipeline(
+        assembler=TraceAssembler(grace=0.0, max_wait=10.0, max_pending=100, max_spans=1000),
+        extract=extract,  # type: ignore[arg-type]
+        score=lambda record: score_record(record, (1,), pricer),
+        metrics=metrics,
+        clock=lambda: 0.0,
+        max_queued_spans=max_spans,
+        max_queued_bytes=max_bytes,
+        tick=0.01,
+    )
+    return pipeline, metrics
+
+
+def _root(trace: int, size: int) -> Span:
+    return replace(Span(trace.to_bytes(16, "big"), bytes([1]) * 8, b"", "root", 0, 10**9), size=size)
+
+
+async def _until(condition: object, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():  # type: ignore[operator]
+            await asyncio.sleep(0.005)
+
+
+def test_the_worker_gives_back_every_queued_span_and_byte() -> None:
+    """Many times the queue's capacity passes through it: nothing stays counted after the worker
+    took it (else ingest would answer 503 forever once the capacity had passed once)."""
+    pipeline, _ = _counting_pipeline(lambda trace: None, max_spans=4, max_bytes=1000)
+
+    async def run() -> list[bool]:
+        worker = asyncio.create_task(pipeline.run())
+        answers = []
+        for trace in range(1, 51):  # 50 batches of 3 spans and 900 bytes through a queue of 4 / 1000
+            batch = [_root(trace, 300), replace(_root(trace, 300), span_id=bytes([2]) * 8), replace(_root(trace, 300), span_id=bytes([3]) * 8)]
+            answers.append(pipeline.offer(batch))
+            await _until(lambda: pipeline.stats().queued_spans == 0)
+        assert pipeline.stats().queued_bytes == 0
+        await pipeline.shutdown()
+        await worker
+        return answers
+
+    assert asyncio.run(run()) == [True] * 50
+    assert pipeline.stats().queued_bytes == 0 and pipeline.stats().queued_spans == 0
+
+
+class _Boom(Exception):
+    """Not a ValueError, TypeError or anything a narrowed ``except`` would name."""
+
+
+def test_a_trace_that_fails_is_counted_and_the_worker_goes_on() -> None:
+    bad = (7).to_bytes(16, "big")
+
+    def extract(trace: Trace) -> RagRecord:
+        if trace.trace_id == bad:
+            raise _Boom("bug in extraction")
+        return RagRecord(trace.trace_id, "svc", "v", 0, 10**9)
+
+    pipeline, metrics = _counting_pipeline(extract)
+    registry = CollectorRegistry()
+    from ragmon.exporter import StatsCollector, self_metrics
+    from ragmon.receivers.ingest import IngestStats
+
+    registry.register(StatsCollector(lambda: self_metrics(IngestStats(), pipeline._assembler.stats(), pipeline.stats())))
+
+    async def run() -> None:
+        worker = asyncio.create_task(pipeline.run())
+        for trace in (6, 7, 8):
+            assert pipeline.offer([_root(trace, 10)])
+        await _until(lambda: pipeline.stats().records + sum(pipeline.stats().dropped.values()) == 3)
+        assert not worker.done()
+        assert pipeline.offer([_root(9, 10)])  # still working after the bad trace
+        await _until(lambda: pipeline.stats().records == 3)
+        await pipeline.shutdown()
+        await worker
+
+    asyncio.run(run())
+    assert pipeline.stats().dropped == {"trace_error": 1}
+    assert registry.get_sample_value("ragmon_dropped_total", {"reason": "trace_error"}) == 1.0
+    metrics.flush()
+    assert metrics.traces.cell(("svc", "v")).value == 3.0
