@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ragmon import __version__
-from ragmon.config import ConfigError, check_document_id_place, load_config
-from ragmon.errors import RagmonError, UsageError
+from ragmon.config import Config, ConfigError, check_document_id_place, load_config
+from ragmon.errors import InputError, RagmonError, UsageError
 from ragmon.offline.compare import compare_runs
 from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold
 from ragmon.offline.records import EvalRecord, Qrels, read_qrels, read_records
 from ragmon.offline.report import FORMATS, render_compare, render_eval
+from ragmon.relevance import read_golden_queries
 
 __all__ = ["main"]
 
@@ -76,12 +77,34 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+def file_problems(config: Config) -> list[str]:
+    """What the files a configuration names say: the golden set and each probe's dataset must
+    be readable and valid (``ragmon run`` reads them at start). One ``"key: problem"`` each."""
+    problems: list[str] = []
+    if config.scoring.golden:
+        try:
+            read_qrels(config.scoring.golden)
+            read_golden_queries(config.scoring.golden)
+        except InputError as exc:
+            problems.append(f"scoring.golden: {exc}")
+    for i, probe in enumerate(config.probe):
+        if probe.dataset:
+            try:
+                read_golden_queries(probe.dataset)
+            except InputError as exc:
+                problems.append(f"probe[{i}].dataset: {exc}")
+    return problems
+
+
 def _check_config(args: argparse.Namespace) -> int:
     try:
-        load_config(args.file)
+        config = load_config(args.file)
+        problems = file_problems(config)
     except ConfigError as exc:
-        for problem in exc.problems:
-            print(f"{args.file}: {problem}", file=sys.stderr)
+        problems = exc.problems
+    for problem in problems:
+        print(f"{args.file}: {problem}", file=sys.stderr)
+    if problems:
         return EXIT_USAGE
     print(f"{args.file}: ok")
     return EXIT_OK

@@ -249,6 +249,10 @@ _POSITIVE_INTS = {
     "metrics.max_connections",
 }
 
+_INT64_MAX = 2**63 - 1
+_MAX_INT = {"receiver.max_body_bytes": 2**31 - 1}
+"""Upper bounds below int64 (gRPC's message size limit is a C int)."""
+
 
 def _unknown(key: str, known: list[str]) -> str:
     close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=1)
@@ -303,12 +307,16 @@ def _check_value(key: str, value: Any, default: Any, problems: list[str]) -> Any
             parse_listen(value)
         elif key in _POSITIVE_INTS and value < 1:
             raise ValueError(f"must be at least 1, got {value}")
+        elif key in _POSITIVE_INTS and value > _MAX_INT.get(key, _INT64_MAX):
+            raise ValueError(f"must be at most {_MAX_INT.get(key, _INT64_MAX)}, got {value}")
         elif key == "scoring.k" and (not value or min(value) < 1):
             raise ValueError("must list cut-offs >= 1")
         elif key == "scoring.windows":
             if not value:
                 raise ValueError("must list at least one window")
             seconds = [parse_duration(w) for w in value]
+            if min(seconds) <= 0:
+                raise ValueError(f"each window must be longer than 0, got {list(value)}")
             if len(set(seconds)) != len(seconds):
                 raise ValueError(f"lists the same duration twice: {list(value)}")
         elif key == "scoring.document_id":
@@ -433,4 +441,8 @@ def load_config(path: str | None = None) -> Config:
         raise ConfigError(path, [f"cannot read: {exc.strerror or exc}"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, [f"invalid TOML: {exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, [f"not UTF-8 ({exc.reason} at byte {exc.start})"]) from None
+    except RecursionError:
+        raise ConfigError(path, ["invalid TOML: nested too deeply"]) from None
     return config_from_mapping(data, path)

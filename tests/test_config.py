@@ -120,6 +120,14 @@ def test_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"pricing": {"M": {"input": 1}, "m": {"input": 2}}}, 'pricing."m": same model as pricing."M"'),
         ({"scoring": {"document_id": ["doc_id"]}}, "scoring.document_id: 'doc_id' is not a place"),
         ({"scoring": {"variant_attribute": ""}}, "scoring.variant_attribute: must name an attribute"),
+        ({"scoring": {"windows": ["5m", "0s"]}}, "scoring.windows: each window must be longer than 0"),
+        ({"receiver": {"max_body_bytes": 2**31}}, "receiver.max_body_bytes: must be at most 2147483647"),
+        ({"receiver": {"max_queued_bytes": 2**63}}, "receiver.max_queued_bytes: must be at most"),
+        ({"receiver": {"header_timeout": "0s"}}, "receiver.header_timeout: must be longer than 0"),
+        ({"receiver": {"max_connections": 0}}, "receiver.max_connections: must be at least 1"),
+        ({"metrics": {"max_series": 0}}, "metrics.max_series: must be at least 1"),
+        ({"metrics": {"max_label_chars": 0}}, "metrics.max_label_chars: must be at least 1"),
+        ({"metrics": {"linger": "soon"}}, "metrics.linger: expected a duration"),
     ],
 )
 def test_each_problem_names_its_key(data: dict[str, object], problem: str) -> None:
@@ -147,7 +155,8 @@ def test_durations_and_listen_addresses() -> None:
 def test_check_config_ok(tmp_path: Path) -> None:
     path = tmp_path / "ragmon.toml"
     path.write_text(FULL)
-    result = ragmon("check-config", path)
+    (tmp_path / "golden.jsonl").write_text('{"query": "refund window?", "relevant_document_ids": ["policy-3"]}\n')
+    result = ragmon("check-config", path, cwd=tmp_path)  # the golden set is read, relative to the working directory
     assert result.returncode == 0 and result.stdout.strip() == f"{path}: ok"
 
 
@@ -182,3 +191,19 @@ def test_memory_bounds_are_configurable() -> None:
     assert config.traces.max_bytes == 4096
     with pytest.raises(ConfigError):
         config_from_mapping({"traces": {"max_bytes": 0}})
+
+
+def test_a_linger_of_zero_is_valid() -> None:
+    assert config_from_mapping({"metrics": {"linger": "0s"}}).metrics.linger == "0s"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [(b"\xff\xfe[receiver]\n", "not UTF-8"), (b"a = " + b"[" * 5000 + b"]" * 5000, "invalid TOML: nested too deeply")],
+)
+def test_a_file_that_is_not_toml_text_is_one_problem(tmp_path: Path, body: bytes, problem: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_bytes(body)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith(problem)
