@@ -35,6 +35,8 @@ __all__ = [
     "parse_listen",
     "load_config",
     "config_from_mapping",
+    "TOKEN_ENVIRONMENT",
+    "with_environment",
 ]
 
 
@@ -429,11 +431,31 @@ def _check_probes(probes: tuple[ProbeConfig, ...], scoring: ScoringConfig, probl
         names.setdefault(name, i)
 
 
-def load_config(path: str | None = None) -> Config:
-    """Read the TOML file at ``path`` (else ``$RAGMON_CONFIG``, else defaults) and validate it."""
-    path = path or os.environ.get("RAGMON_CONFIG") or None
+TOKEN_ENVIRONMENT: Mapping[str, tuple[str, str]] = {
+    "RAGMON_RECEIVER_TOKEN": ("receiver", "token"),
+    "RAGMON_METRICS_TOKEN": ("metrics", "token"),
+}
+"""Environment variables that set a secret instead of the file (a Kubernetes Secret, say); set
+and not empty, they win over the file's value."""
+
+
+def with_environment(config: Config, environ: Mapping[str, str]) -> Config:
+    """``config`` with the tokens the environment sets (``TOKEN_ENVIRONMENT``)."""
+    for variable, (section, key) in TOKEN_ENVIRONMENT.items():
+        value = environ.get(variable, "")
+        if value:
+            part = dataclasses.replace(getattr(config, section), **{key: value})
+            config = dataclasses.replace(config, **{section: part})
+    return config
+
+
+def load_config(path: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the TOML file at ``path`` (else ``$RAGMON_CONFIG``, else defaults), validate it and
+    apply the token variables of ``environ`` (default: the process environment)."""
+    environ = os.environ if environ is None else environ
+    path = path or environ.get("RAGMON_CONFIG") or None
     if path is None:
-        return Config()
+        return with_environment(Config(), environ)
     try:
         with open(path, "rb") as handle:
             data = tomllib.load(handle)
@@ -445,4 +467,4 @@ def load_config(path: str | None = None) -> Config:
         raise ConfigError(path, [f"not UTF-8 ({exc.reason} at byte {exc.start})"]) from None
     except RecursionError:
         raise ConfigError(path, ["invalid TOML: nested too deeply"]) from None
-    return config_from_mapping(data, path)
+    return with_environment(config_from_mapping(data, path), environ)

@@ -207,3 +207,14 @@ def test_a_file_that_is_not_toml_text_is_one_problem(tmp_path: Path, body: bytes
     with pytest.raises(ConfigError) as info:
         load_config(str(path))
     assert len(info.value.problems) == 1 and info.value.problems[0].startswith(problem)
+
+
+def test_tokens_come_from_the_environment_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[receiver]\ntoken = "from-file"\n')
+    assert load_config(str(path), environ={}).receiver.token == "from-file"
+    env = {"RAGMON_RECEIVER_TOKEN": "from-env", "RAGMON_METRICS_TOKEN": "scrape"}
+    config = load_config(str(path), environ=env)
+    assert config.receiver.token == "from-env" and config.metrics.token == "scrape"
+    assert load_config(str(path), environ={"RAGMON_RECEIVER_TOKEN": ""}).receiver.token == "from-file"
+    assert load_config(None, environ={"RAGMON_METRICS_TOKEN": "m"}).metrics.token == "m"

@@ -189,6 +189,38 @@ def test_pool_service_is_headless_and_speaks_otlp_grpc() -> None:
     assert config.receiver.grpc == "0.0.0.0:4317"
 
 
+def test_pool_ingest_needs_a_token_and_only_collectors_and_prometheus_reach_the_pool() -> None:
+    """The pool binds OTLP to every interface, so it takes a bearer token from a Secret (and the
+    collector sends it) and a NetworkPolicy admits only collectors to OTLP, Prometheus to /metrics."""
+    docs = {d["kind"]: d for d in _yaml_docs(K8S / "ragmon-pool.yaml")}
+    (container,) = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    secret = env["RAGMON_RECEIVER_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": "ragmon-ingest", "key": "token"}  # not optional: no token, no pod
+    toml = tomllib.loads(docs["ConfigMap"]["data"]["ragmon.toml"])
+    config = load_config_from(toml, {"RAGMON_RECEIVER_TOKEN": "t0ken"})
+    assert config.receiver.grpc.startswith("0.0.0.0:") and config.receiver.token == "t0ken"
+    lb = _collector("loadbalancing.yaml")["exporters"]["loadbalancing/ragmon"]["protocol"]["otlp"]
+    assert lb["headers"]["authorization"] == "Bearer ${env:RAGMON_INGEST_TOKEN}"
+    policy = docs["NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == docs["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    allowed = {
+        (tuple(sorted(peer["podSelector"]["matchLabels"].items())), port["port"])
+        for rule in policy["spec"]["ingress"] for peer in rule["from"] for port in rule["ports"]
+    }
+    assert allowed == {
+        ((("ragmon.io/ingest", "true"),), 4317), ((("ragmon.io/ingest", "true"),), 4318),
+        ((("app.kubernetes.io/name", "prometheus"),), 9464),
+    }
+
+
+def load_config_from(data: dict[str, Any], environ: dict[str, str]) -> Config:
+    from ragmon.config import with_environment
+
+    return with_environment(config_from_mapping(data), environ)
+
+
 # -- compose, Prometheus, Alertmanager ----------------------------------------------------------
 
 
