@@ -86,7 +86,13 @@ class Span:
     events: tuple[SpanEvent, ...] = ()
     resource: Attributes = field(default_factory=dict)
     size: int = 0
-    """Approximate bytes this span holds (its kept text plus a fixed overhead): memory bounds."""
+    """Bytes of memory this span holds, at least what it really holds (the decoder counts it;
+    queue and assembly byte caps add it up): this object, its ids and numbers, its name,
+    ``service``, every kept attribute key and value of every kind (strings, bytes, numbers,
+    arrays element by element, key-value lists as their JSON text), its events (name, time,
+    attributes) and the resource attributes, with per-object headers, dict entries and
+    allocator rounding. Objects a span shares with others of its resource (``service``,
+    ``resource``) are counted on each: any one of them may outlive the rest."""
 
     @property
     def has_remote_parent(self) -> bool:

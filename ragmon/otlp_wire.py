@@ -12,6 +12,11 @@ Differences from the official classes, all harmless for reading: a key repeated 
 attribute list keeps its last value (the official list keeps both; OTLP forbids repeats), and
 map iteration order is unspecified. The descriptors live in a private pool, so they never
 clash with ``opentelemetry-proto``'s.
+
+What ``ragmon.decode`` relies on from the parser: the file is proto3, so every string it
+declares (keys, names, string values, nested keys) is checked as UTF-8 while parsing, and a
+message nested deeper than upb's limit (100) does not parse; both end in a protobuf
+``DecodeError``. A declared field sent with another wire type is kept as an unknown field.
 """
 
 from __future__ import annotations
