@@ -4,7 +4,8 @@
 takes the next scripted ``Action`` if any (``server.script(...)``), else the default
 ``responder(body) -> content``, which by default builds a valid verdict for whatever the
 request asks (``verdict_for``). Every request body is recorded (``requests``) and concurrent
-requests are counted (``current``, ``max_concurrent``).
+requests are counted (``current``, ``max_concurrent``); their headers too (``headers``). A client that goes away cancels its
+handler (a hung or slow reply ends with it), and ``close`` releases every ``hang``.
 
 Async code: ``async with JudgeServer() as server: ... server.base_url``.
 Sync tests: ``with judge_server_thread() as server: ...`` runs it on its own loop thread.
@@ -13,6 +14,7 @@ Sync tests: ``with judge_server_thread() as server: ...`` runs it on its own loo
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import threading
@@ -36,8 +38,10 @@ _DOCS = re.compile(r"DOCUMENTS \((\d+)\):")
 @dataclass(frozen=True)
 class Action:
     """One scripted reply: ``content`` (``None``: the responder's), an HTTP ``status`` with an
-    ``error`` message, a ``delay`` first, a ``retry_after`` header, ``drop`` the connection, or
-    a ``raw`` 200 body that is not a chat completion."""
+    ``error`` message, a ``delay`` first, a ``retry_after`` header, ``drop`` the connection, a
+    ``raw`` 200 body that is not a chat completion (``raw_bytes`` with extra ``headers``),
+    ``hang`` (never answer), ``stream`` that many bytes chunked, with no length, or ``wire``
+    bytes written as they are instead of an HTTP response."""
 
     content: str | None = None
     status: int = 200
@@ -47,6 +51,11 @@ class Action:
     error: str = "scripted error"
     usage: tuple[int, int] | None = None
     raw: str | None = None
+    raw_bytes: bytes | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    hang: bool = False
+    stream: int = 0
+    wire: bytes | None = None
 
 
 def reply(content: str, usage: tuple[int, int] | None = None) -> Action:
@@ -72,6 +81,37 @@ def drop() -> Action:
 def raw(body: str) -> Action:
     """Answer 200 with this body as is (JSON content type), not a chat completion."""
     return Action(raw=body)
+
+
+def wire(data: bytes) -> Action:
+    """Write ``data`` to the connection instead of an HTTP response, then close it."""
+    return Action(wire=data)
+
+
+def hang() -> Action:
+    """Never answer (until the client goes away or the server closes)."""
+    return Action(hang=True)
+
+
+def streamed(size: int) -> Action:
+    """Answer 200 with a chat completion of about ``size`` bytes (its message a run of ``x``),
+    sent chunked, without a Content-Length."""
+    return Action(stream=size)
+
+
+def gzip_bomb(size: int) -> Action:
+    """Answer 200 with a gzip body (``Content-Encoding: gzip``) that inflates to a chat
+    completion of about ``size`` bytes."""
+    return Action(raw_bytes=gzip.compress(completion("x" * size).encode()), headers=(("Content-Encoding", "gzip"),))
+
+
+def completion(content: str, model: str = "judge-model", usage: Any = None) -> str:
+    """A chat completion body (for ``raw``) with this content, model and usage object."""
+    return json.dumps({
+        "id": "chatcmpl-raw", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": usage if usage is not None else {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    })
 
 
 def reject_response_format() -> Action:
@@ -129,11 +169,13 @@ class JudgeServer:
         self.usage = usage
         self.supports_response_format = supports_response_format
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
         self.current = 0
         self.max_concurrent = 0
         self._script: deque[Action] = deque()
         self._lock = threading.Lock()
         self._runner: web.AppRunner | None = None
+        self._released: asyncio.Event | None = None
         self.port = 0
 
     @property
@@ -146,6 +188,12 @@ class JudgeServer:
         with self._lock:
             self._script.extend(actions)
 
+    @property
+    def scripted(self) -> int:
+        """Scripted replies not used yet."""
+        with self._lock:
+            return len(self._script)
+
     def _next(self) -> Action | None:
         with self._lock:
             return self._script.popleft() if self._script else None
@@ -157,12 +205,24 @@ class JudgeServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
         self.current += 1
         self.max_concurrent = max(self.max_concurrent, self.current)
         try:
             action = self._next() or Action()
             if action.delay:
                 await asyncio.sleep(action.delay)
+            if action.hang:
+                assert self._released is not None
+                await self._released.wait()
+                assert request.transport is not None
+                request.transport.abort()
+                raise asyncio.CancelledError
+            if action.wire is not None:
+                assert request.transport is not None
+                request.transport.write(action.wire)
+                request.transport.close()
+                raise asyncio.CancelledError
             if action.drop:
                 assert request.transport is not None
                 request.transport.abort()
@@ -175,8 +235,21 @@ class JudgeServer:
                 return web.json_response(error, status=action.status, headers=headers)
             if action.raw is not None:
                 return web.Response(text=action.raw, content_type="application/json")
+            if action.raw_bytes is not None:
+                return web.Response(body=action.raw_bytes, content_type="application/json", headers=dict(action.headers))
+            if action.stream:
+                head, tail = completion("\0").encode().split(b"\\u0000")
+                response = web.StreamResponse(headers={"Content-Type": "application/json"})
+                response.enable_chunked_encoding()
+                await response.prepare(request)
+                await response.write(head)
+                for start in range(0, action.stream, 65536):
+                    await response.write(b"x" * min(65536, action.stream - start))
+                await response.write(tail)
+                await response.write_eof()
+                return response
             content = action.content if action.content is not None else self.responder(body)
-            prompt, completion = action.usage or self.usage
+            prompt, completion_tokens = action.usage or self.usage
             return web.json_response({
                 "id": f"chatcmpl-{len(self.requests)}",
                 "object": "chat.completion",
@@ -187,15 +260,17 @@ class JudgeServer:
                     "message": {"role": "assistant", "content": content},
                     "finish_reason": "stop",
                 }],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt + completion_tokens},
             })
         finally:
             self.current -= 1
 
     async def start(self) -> None:
+        self._released = asyncio.Event()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -204,6 +279,8 @@ class JudgeServer:
         self.port = server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
+        if self._released is not None:
+            self._released.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

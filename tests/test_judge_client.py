@@ -11,16 +11,21 @@ import pytest
 
 from judge_server import (
     JudgeServer,
+    completion,
     delay,
     drop,
+    gzip_bomb,
     judge_server_thread,
     raw,
     reject_response_format,
     reply,
     status,
+    streamed,
+    wire,
 )
 from ragmon.config import JudgeConfig
 from ragmon.judge.client import (
+    MAX_REPLY_BYTES,
     PLACEHOLDER_KEY,
     Completion,
     JudgeClient,
@@ -191,3 +196,44 @@ def test_a_reply_without_content_is_empty_text() -> None:
         server.script(raw('{"choices": [{"index": 0, "message": {"role": "assistant", "content": null}}]}'))
         (result,) = _complete(server)
     assert result == Completion("", 0, 0, "judge-model")
+
+
+# -- garbage and oversized replies -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        (streamed(2 * MAX_REPLY_BYTES), "larger than"),  # a valid completion, chunked: cut while read
+        (raw(completion("x" * MAX_REPLY_BYTES)), "larger than"),  # with a Content-Length
+        (gzip_bomb(50_000_000), "compressed"),  # would inflate to 50 MB
+        (raw('{"a":' * 100_000), "not JSON"),  # nesting too deep for the decoder
+        (raw('{"choices": [1]}'), "not a chat completion"),
+        (raw('{"choices": [{"message": "text"}]}'), "not a chat completion"),
+        (raw("[1, 2]"), "no choices"),
+    ],
+)
+def test_garbage_and_oversized_replies_are_permanent_errors(action: Any, message: str) -> None:
+    with judge_server_thread() as server:
+        server.script(action)
+        (result,) = _complete(server)
+        assert server.headers[0]["accept-encoding"] == "identity"
+    assert isinstance(result, JudgePermanentError) and message in str(result)
+
+
+def test_a_reply_just_under_the_cap_is_read() -> None:
+    with judge_server_thread() as server:
+        server.script(streamed(MAX_REPLY_BYTES - 1000))
+        (result,) = _complete(server)
+    assert isinstance(result, Completion) and len(result.text) >= MAX_REPLY_BYTES - 1000
+
+
+def test_error_messages_carry_no_server_text() -> None:
+    with judge_server_thread() as server:
+        server.script(status(500, error="SERVERTEXT echo"), status(404, error="SERVERTEXT echo"),
+                      raw("SERVERTEXT not json"), wire(b"HTTP/1.1 200 OK\r\nSERVERTEXT\r\n\r\n"))
+        results = _complete(server, calls=4)
+    assert [str(r) for r in results] == [
+        "judge endpoint answered 500", "judge endpoint answered 404", "judge reply is not JSON",
+        "judge connection failed (RemoteProtocolError)",
+    ]

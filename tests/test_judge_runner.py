@@ -78,13 +78,14 @@ def run(
     pricer: Pricer | None = None,
     breaker: CircuitBreaker | None = None,
     on_result: Callable[[RagRecord, Judgement], None] | None = None,
+    key: str = "sk-test",
 ) -> Harness:
     """Run ``scenario`` with a started Judge; stops it afterwards and returns the harness."""
     cfg = cfg or config()
 
     async def main() -> Harness:
         async with server or JudgeServer() as srv:
-            client = JudgeClient(JudgeEndpoint(srv.base_url, "sk-test"), cfg.model, 2.0)
+            client = JudgeClient(JudgeEndpoint(srv.base_url, key), cfg.model, 2.0)
             holder: list[Harness] = []
 
             def collect(rec: RagRecord, judgement: Judgement) -> None:
@@ -226,13 +227,14 @@ def test_breaker_opens_and_later_submits_make_no_request() -> None:
         await judged(h, record(1))
         await judged(h, record(2))
         assert h.judge.stats().breaker is BreakerState.OPEN
-        await judged(h, record(3), record(4), record(5))
+        assert [h.submit(record(n)) for n in (3, 4, 5)] == ["breaker_open"] * 3
+        assert h.judge.stats().queue_depth == 0
 
     h = run(scenario, cfg=config(concurrency=1), server=server,
             breaker=CircuitBreaker(failure_threshold=2, cooldown=60.0))
     assert len(server.requests) == 2
     assert h.count("error") == 5 and h.count("ok") == 0
-    assert all(j.scores is None for _, j in h.results)
+    assert all(j.scores is None for _, j in h.results) and len(h.results) == 2
 
 
 def test_breaker_lets_a_trial_through_after_the_cooldown() -> None:

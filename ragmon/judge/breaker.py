@@ -112,6 +112,17 @@ class CircuitBreaker:
         """When the current opening ends (``-inf`` if never opened)."""
         return self._open_until
 
+    def refusing(self, now: float) -> bool:
+        """Whether ``allow(now)`` would refuse, without changing state or taking the trial.
+
+        Cheap enough to ask for every sampled record before any work is done for it.
+        """
+        if self._state is BreakerState.CLOSED:
+            return False
+        if self._state is BreakerState.OPEN:
+            return now < self._open_until
+        return self._trial_started is not None and now - self._trial_started < self.trial_timeout
+
     def allow(self, now: float) -> bool:
         """Whether a call may start now; in ``half_open`` only the single trial is allowed."""
         if self._state is BreakerState.CLOSED:

@@ -7,17 +7,23 @@ instructions) without ``response_format``. Failures are translated at this bound
 
 - ``JudgeRetryableError``: 429, 5xx, a refused or dropped connection;
 - ``JudgeTimeoutError``: no answer within the timeout;
-- ``JudgePermanentError``: any other 4xx, or anything else the server or client did wrong.
+- ``JudgePermanentError``: any other 4xx, or anything else the server or client did wrong:
+  a 200 that is not a chat completion, a reply body over ``MAX_REPLY_BYTES``, or a compressed
+  one (the client asks for ``identity``, so a size cap on the wire bounds the memory used).
+
+Error messages carry the kind of failure and the HTTP status only, never the server's error
+text or reply (they may echo the request's content) nor the key.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
+import httpx2
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
@@ -34,6 +40,7 @@ __all__ = [
     "JudgePermanentError",
     "JudgeRetryableError",
     "JudgeTimeoutError",
+    "MAX_REPLY_BYTES",
     "PLACEHOLDER_KEY",
     "endpoint_from_config",
 ]
@@ -42,6 +49,12 @@ _log = logging.getLogger(__name__)
 
 PLACEHOLDER_KEY: Final = "ragmon-no-key"
 """Sent as the key to a configured ``base_url`` when no key is set (local servers need none)."""
+
+MAX_REPLY_BYTES: Final = 4 * 1024 * 1024
+"""A judge reply body (success or error) longer than this is refused while it is read."""
+_MAX_TOKENS: Final = 10**9
+"""A usage count above this is not a real call's; it counts as not reported (0)."""
+_MAX_MODEL_CHARS: Final = 256
 
 _UNSUPPORTED = re.compile(r"response_format|json_schema|structured.output|guided", re.IGNORECASE)
 
@@ -116,6 +129,42 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
+class _UnsafeReply(httpx2.RequestError):
+    """A reply body over the byte cap, or compressed (its decoded size would be unbounded)."""
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """A response body that raises ``_UnsafeReply`` once more than ``limit`` bytes arrive."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._stream:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise _UnsafeReply(f"judge reply larger than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def _capped(limit: int) -> httpx2.AsyncClient:
+    """An HTTP client for ``openai`` whose reply bodies are read up to ``limit`` bytes."""
+
+    async def cap(response: httpx2.Response) -> None:
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        if encoding not in ("", "identity"):
+            raise _UnsafeReply("judge reply is compressed (identity was asked for)")
+        if isinstance(response.stream, httpx2.AsyncByteStream):
+            response.stream = _CappedStream(response.stream, limit)
+
+    return openai.DefaultAsyncHttpxClient(event_hooks={"response": [cap]})
+
+
 def _rejects_structured_output(exc: openai.APIStatusError, first: bool) -> bool:
     if exc.status_code not in (400, 422):
         return False
@@ -128,18 +177,23 @@ def _translate(exc: openai.OpenAIError) -> JudgeCallError:
     if isinstance(exc, openai.APITimeoutError):
         return JudgeTimeoutError("judge call timed out")
     if isinstance(exc, openai.APIConnectionError):
-        return JudgeRetryableError(f"judge connection failed: {exc.__cause__ or exc}")
+        if isinstance(exc.__cause__, _UnsafeReply):
+            return JudgePermanentError(str(exc.__cause__))
+        return JudgeRetryableError(f"judge connection failed ({type(exc.__cause__ or exc).__name__})")
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
-        message = f"judge endpoint answered {status}: {exc.message}"[:500]
+        message = f"judge endpoint answered {status}"  # its error text may echo the request
         if status == 429 or status >= 500:
             return JudgeRetryableError(message, status, _retry_after(exc.response.headers))
         return JudgePermanentError(message, status)
-    return JudgePermanentError(f"judge call failed: {type(exc).__name__}: {exc}"[:500])
+    return JudgePermanentError(f"judge call failed ({type(exc).__name__})")
 
 
 def _usage(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    """A token count as reported, or 0 when missing, not an integer, negative or implausible."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_TOKENS:
+        return value
+    return 0
 
 
 class JudgeClient:
@@ -149,7 +203,8 @@ class JudgeClient:
         self.model = model
         self.timeout = timeout
         self._client = openai.AsyncOpenAI(
-            base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=timeout
+            base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0, timeout=timeout,
+            default_headers={"Accept-Encoding": "identity"}, http_client=_capped(MAX_REPLY_BYTES),
         )
         self._structured = True
         self._structured_worked = False
@@ -201,19 +256,26 @@ class JudgeClient:
                 )
         except openai.OpenAIError:
             raise
-        except ValueError as exc:  # a 200 whose body is not JSON
-            raise JudgePermanentError(f"judge reply is not JSON: {exc}"[:500]) from exc
-        choices = getattr(response, "choices", None)
-        if not choices:
-            raise JudgePermanentError("judge reply has no choices")
-        content = getattr(choices[0].message, "content", None)
-        usage = getattr(response, "usage", None)
-        return Completion(
-            text=content if isinstance(content, str) else "",
-            input_tokens=_usage(getattr(usage, "prompt_tokens", 0)),
-            output_tokens=_usage(getattr(usage, "completion_tokens", 0)),
-            model=response.model if isinstance(response.model, str) and response.model else self.model,
-        )
+        except (ValueError, RecursionError) as exc:  # a 200 whose body is not JSON (or absurdly nested)
+            raise JudgePermanentError("judge reply is not JSON") from exc
+        try:
+            choices = getattr(response, "choices", None)
+            if not isinstance(choices, list) or not choices:
+                raise JudgePermanentError("judge reply has no choices")
+            message = getattr(choices[0], "message", None)
+            if not hasattr(message, "content"):
+                raise JudgePermanentError("judge reply is not a chat completion")
+            content = getattr(message, "content", None)
+            usage = getattr(response, "usage", None)
+            model = getattr(response, "model", None)
+            return Completion(
+                text=content if isinstance(content, str) else "",
+                input_tokens=_usage(getattr(usage, "prompt_tokens", 0)),
+                output_tokens=_usage(getattr(usage, "completion_tokens", 0)),
+                model=model if isinstance(model, str) and 0 < len(model) <= _MAX_MODEL_CHARS else self.model,
+            )
+        except (AttributeError, TypeError, LookupError) as exc:  # a 200 of another shape
+            raise JudgePermanentError("judge reply is not a chat completion") from exc
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""

@@ -9,7 +9,9 @@ Scores come only from verdicts, never from a number the judge states:
 - answer correctness = covered reference claims / reference claims; none -> ``None``
 
 Every score is in [0, 1] or ``None``. A reply that does not match the request exactly is
-``Invalid`` (counted by the caller, never a score).
+``Invalid`` (counted by the caller, never a score); its ``reason`` names what was wrong in
+ragmon's own words (field paths, JSON types, counts), never quoting the reply, so it can be
+logged.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class Verdicts:
 
 @dataclass(frozen=True, slots=True)
 class Invalid:
-    """A reply that is not a valid verdict, with the reason (for logs and the outcome count)."""
+    """A reply that is not a valid verdict, with the reason (for logs: never quotes the reply)."""
 
     reason: str
 
@@ -99,9 +101,9 @@ def _fields(obj: Any, where: str, keys: tuple[str, ...]) -> dict[str, Any]:
     missing = [k for k in keys if k not in obj]
     if missing:
         raise _Bad(f"{where} lacks {missing}")
-    extra = sorted(set(obj) - set(keys))
+    extra = set(obj) - set(keys)
     if extra:
-        raise _Bad(f"{where} has unexpected keys {extra}")
+        raise _Bad(f"{where} has {len(extra)} unexpected key(s)")
     return obj
 
 
@@ -145,7 +147,7 @@ def _answer_relevance(section: Any) -> AnswerVerdict:
         return "partial"
     if verdict == "no":
         return "no"
-    raise _Bad(f"answer_relevance.verdict must be yes, partial or no, got {verdict!r}"[:200])
+    raise _Bad(f"answer_relevance.verdict must be yes, partial or no, got another {type(verdict).__name__}")
 
 
 def _document_relevance(section: Any, count: int) -> tuple[bool, ...]:
@@ -160,9 +162,9 @@ def _document_relevance(section: Any, count: int) -> tuple[bool, ...]:
         if isinstance(index, bool) or not isinstance(index, int):
             raise _Bad(f"{where}.index must be an integer, got {type(index).__name__}")
         if not 0 <= index < count:
-            raise _Bad(f"{where}.index {index} is out of range 0..{count - 1}")
+            raise _Bad(f"{where}.index is out of range 0..{count - 1}")
         if flags[index] is not None:
-            raise _Bad(f"{where}.index {index} is repeated")
+            raise _Bad(f"{where}.index repeats an earlier one")
         flags[index] = _bool(fields["relevant"], f"{where}.relevant")
     return tuple(bool(f) for f in flags)
 

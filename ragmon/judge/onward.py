@@ -154,6 +154,14 @@ class EvaluationSender:
         self._closing = True
         self._wake.set()
 
+    def discard(self) -> int:
+        """Drop what is still buffered (counted ``dropped``), e.g. when ``run`` was cut off at
+        shutdown; returns how many."""
+        n = len(self._buffer)
+        self._dropped += n
+        self._buffer.clear()
+        return n
+
     def _take(self) -> list[EvaluationResult]:
         return [self._buffer.popleft() for _ in range(min(self._batch, len(self._buffer)))]
 
@@ -161,11 +169,21 @@ class EvaluationSender:
         body = evaluation_request(batch).SerializeToString()
         headers = {"Content-Type": "application/x-protobuf"}
         delays = backoff_delays(retries, 0.5, 10.0, self._rng)
+        try:
+            await self._attempts(session, body, headers, len(batch), retries, delays)
+        except asyncio.CancelledError:  # cut off at shutdown: the batch is lost, and counted
+            self._failed += len(batch)
+            raise
+
+    async def _attempts(
+        self, session: aiohttp.ClientSession, body: bytes, headers: dict[str, str], n: int, retries: int,
+        delays: list[float],
+    ) -> None:
         for attempt in range(retries + 1):
             try:
                 async with session.post(self.url, data=body, headers=headers) as response:
                     if response.status < 300:
-                        self._sent += len(batch)
+                        self._sent += n
                         return
                     retryable = response.status in (429, 502, 503, 504)
                     log.warning("evaluation export to %s answered %d", self.url, response.status)
@@ -175,4 +193,4 @@ class EvaluationSender:
             if not retryable or attempt == retries:
                 break
             await asyncio.sleep(delays[attempt])
-        self._failed += len(batch)
+        self._failed += n

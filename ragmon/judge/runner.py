@@ -1,11 +1,13 @@
 """The judge at run time (SPEC §7): admission, a bounded queue, workers, breaker, cache.
 
 ``submit`` is synchronous and never waits: it picks the applicable evaluators, applies the
-trace-id sample, answers from the cache, applies the per-minute cap and USD budget, and queues
-the record (or drops it when the queue is full). ``concurrency`` worker tasks take records off
-the queue and call the endpoint: one request per trace covering all its evaluators, with a
-fresh nonce, a timeout per attempt, and up to ``max_retries`` retries of retryable failures
-and timeouts after full-jitter backoff. The judge's own tokens are priced like any model call
+trace-id sample, refuses at once while the circuit breaker is open (before any redaction,
+hashing or queueing, so a down endpoint costs ingest next to nothing), answers from the cache,
+applies the per-minute cap and USD budget, and queues the record (or drops it when the queue
+is full). ``concurrency`` worker tasks take records off the queue and call the endpoint (a
+worker asks the breaker again before building the prompt): one request per trace covering all
+its evaluators, with a fresh nonce, a timeout per attempt, and up to ``max_retries`` retries
+of retryable failures and timeouts after full-jitter backoff. The judge's own tokens are priced like any model call
 and count against the USD budget.
 
 Outcomes, counted per evaluator of the request (``stats().counts``):
@@ -14,7 +16,8 @@ Outcomes, counted per evaluator of the request (``stats().counts``):
 - ``dropped``: the queue was full, or the record was still queued (or in flight and cut off)
   at ``stop``;
 - ``timeout``: the last attempt timed out; ``error``: the endpoint failed (status,
-  connection), refused the request, or the circuit breaker was open so no call was made;
+  connection, an unusable or oversized HTTP reply), refused the request, or the circuit
+  breaker was open so no call was made (at ``submit``, or when a worker takes the record);
 - ``invalid``: the reply was not a verdict of the requested shape (never a score).
 
 Cache hits are counted apart (``stats().cache_hits``), not as ``ok``. ``on_result`` is called
@@ -22,7 +25,11 @@ for every record a worker finished, whatever the outcome (``Judgement.scores`` i
 ``ok``), and for cache hits (``cached=True``, no tokens); an exception in it is logged.
 
 The breaker hears of endpoint health only: failed and timed-out attempts are failures; any
-reply, valid or not, is a success (content under evaluation must not be able to open it).
+reply, valid or not, is a success, and so is a refusal of this one request (400, 413, 422:
+e.g. a context too long), so content under evaluation cannot open it.
+
+Logs never carry content under evaluation, the judge's reply, or its error bodies: failures
+are logged by kind and status, and a bug by exception type and traceback frames only.
 """
 
 from __future__ import annotations
@@ -31,8 +38,10 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import random
 import secrets
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -70,8 +79,12 @@ Outcome: TypeAlias = Literal["ok", "error", "timeout", "invalid", "skipped_rate"
 OUTCOMES: Final[tuple[Outcome, ...]] = (
     "ok", "error", "timeout", "invalid", "skipped_rate", "skipped_budget", "dropped",
 )
-SubmitResult: TypeAlias = Literal["not_applicable", "skipped_rate", "skipped_budget", "cached", "dropped", "queued"]
+SubmitResult: TypeAlias = Literal[
+    "not_applicable", "skipped_rate", "skipped_budget", "breaker_open", "cached", "dropped", "queued",
+]
 _DOCUMENT_EVALUATORS: Final = frozenset({"faithfulness", "context_relevance"})
+_REQUEST_REFUSED: Final = frozenset({400, 413, 422})
+"""Statuses that refuse one request (its size or shape), not a sign the endpoint is down."""
 
 
 class CompletionClient(Protocol):
@@ -187,7 +200,12 @@ class Judge:
     # -- submission (synchronous) ------------------------------------------------------------
 
     def submit(self, record: RagRecord, now: float, probe: bool = False) -> SubmitResult:
-        """Offer one record; never blocks. Returns what happened to it (see the module doc)."""
+        """Offer one record; never blocks. Returns what happened to it (see the module doc).
+
+        ``now`` is read on the same clock as ``clock``. ``breaker_open`` is counted as outcome
+        ``error`` (no call was made: the judgement failed) and costs no redaction, hashing,
+        cache lookup, budget or queue slot.
+        """
         evaluators = applicable_evaluators(record, self._evaluators)
         if not evaluators:
             return "not_applicable"
@@ -197,6 +215,9 @@ class Judge:
         if self._closed:
             self._count(evaluators, "dropped")
             return "dropped"
+        if self._breaker.refusing(now):
+            self._count(evaluators, "error")
+            return "breaker_open"
         redacted = self._redactor.redact_record(record)
         key = _cache_key(redacted, evaluators)
         hit = self._cache.get(key)
@@ -278,8 +299,8 @@ class Judge:
             except asyncio.CancelledError:
                 self._count(item.evaluators, "dropped")
                 raise
-            except Exception:  # a bug must not kill the worker
-                _log.exception("judge worker failed on one record")
+            except Exception as exc:  # a bug must not kill the worker
+                _log_bug("judge worker failed on one record", exc)
                 judgement = self._failed(item, "error")
             finally:
                 self._in_flight -= 1
@@ -292,6 +313,8 @@ class Judge:
             self._deliver(item.record, judgement)
 
     async def _judge(self, item: _Item) -> Judgement:
+        if self._breaker.refusing(self._clock()):  # opened while the record waited: no prompt built
+            return self._failed(item, "error")
         request = build_judge_request(item.redacted, item.evaluators, secrets.token_hex(8))
         if request is None:  # pragma: no cover - evaluators were checked on submit
             return self._failed(item, "error")
@@ -334,7 +357,10 @@ class Judge:
                 if exc.retry_after is not None and attempt < len(delays):
                     delays[attempt] = max(delays[attempt], min(exc.retry_after, cap))
             except JudgeCallError as exc:
-                self._breaker.failure(self._clock())
+                if exc.status in _REQUEST_REFUSED:
+                    self._breaker.success(self._clock())  # the endpoint answered; this request was refused
+                else:
+                    self._breaker.failure(self._clock())
                 _log.warning("judge call failed: %s", exc)
                 return "error"
             else:
@@ -349,7 +375,7 @@ class Judge:
         price = self._pricer.price(completion.model, None, completion.input_tokens, completion.output_tokens)
         if price.usd is None and completion.model != self._config.model:
             price = self._pricer.price(self._config.model, None, completion.input_tokens, completion.output_tokens)
-        if price.usd is None:
+        if price.usd is None or not (math.isfinite(price.usd) and price.usd >= 0):
             self._unpriced_tokens += completion.input_tokens + completion.output_tokens
             return None
         self._cost += price.usd
@@ -376,8 +402,14 @@ class Judge:
     def _deliver(self, record: RagRecord, judgement: Judgement) -> None:
         try:
             self._on_result(record, judgement)
-        except Exception:
-            _log.exception("judge on_result callback failed")
+        except Exception as exc:
+            _log_bug("judge on_result callback failed", exc)
+
+
+def _log_bug(what: str, exc: BaseException) -> None:
+    """Log a bug by exception type and traceback frames, never its message (it may quote content)."""
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    _log.error("%s: %s\nTraceback (message withheld):\n%s", what, type(exc).__name__, frames.rstrip())
 
 
 def _evaluators_from_config(names: tuple[str, ...]) -> tuple[Evaluator, ...]:

@@ -97,15 +97,19 @@ class JudgeStage:
             self._sender_task = asyncio.create_task(self.sender.run(), name="ragmon-evaluation-sender")
 
     async def stop(self, timeout: float) -> None:
-        """Let in-flight judgements finish (up to ``timeout``), then flush the sender."""
+        """Let in-flight judgements finish, then flush the sender, within ``timeout`` seconds in
+        all (plus closing connections) however the endpoints behave; what the sender could not
+        send by then is counted (``failed`` / ``dropped``)."""
+        deadline = asyncio.get_running_loop().time() + max(timeout, 0.0)
         if self.judge is not None:
             await self.judge.stop(timeout)
         if self.sender is not None and self._sender_task is not None:
             await self.sender.close()
             try:
-                await asyncio.wait_for(self._sender_task, timeout)
+                await asyncio.wait_for(self._sender_task, max(deadline - asyncio.get_running_loop().time(), 0.0))
             except TimeoutError:
-                log.warning("evaluation sender did not finish in %.0fs", timeout)
+                lost = self.sender.discard()
+                log.warning("evaluation sender did not finish in %.0fs; %d result(s) dropped", timeout, lost)
 
     def observe(self, record: RagRecord, now: float, probe: bool = False) -> None:
         """Everything the judge stage does for one scored record (never waits). A ``probe``
