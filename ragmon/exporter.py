@@ -4,32 +4,49 @@ A traces-to-metrics connector: fold into state, build on a tick. ``RagMetrics.ob
 one scored request and buffers its values; ``RagMetrics.flush`` folds the buffers into the
 histograms (``ragmon.series``) and rolling windows in bulk, when the clock leaves the window
 buckets the values belong to, every ``MAX_BUFFERED`` records, and before a scrape. Every family is built at scrape time
-by custom collectors in ragmon's own registry (never the global one), which flush first. Label
-values pass through a ``LabelLimiter`` so cardinality stays capped.
+by custom collectors in ragmon's own registry (never the global one), which flush first and
+build one family per step (a caller may yield to the event loop between families).
+
+Bounds (SPEC §6, §10). Label values from traffic (service, variant, model) pass through a
+``LabelLimiter``: cut to ``max_label_chars`` (``ragmon_label_values_truncated_total``), at most
+``max_label_values`` distinct values per label (``ragmon_label_values_folded_total``). Each
+family, counter, histogram or rolling gauge, keeps at most ``max_series`` label sets of its own;
+past it a new one folds into the family's ``other`` series (service, variant and model set to
+``other``; source, k, stage, token_type, judge kept), counted per family in
+``ragmon_series_folded_total{metric}``. The per-request state bound here (one entry per
+(service, variant), (service, variant, source), (service, model), generation series) has the
+same budget, past which new keys share one folded entry per kept-label combination. Folded
+observations count in full in the ``other`` series: totals across series stay exact.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import gzip
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ragmon import __version__
 from ragmon.assembly import AssemblyStats
-from ragmon.labels import OTHER, LabelLimiter
-from ragmon.metrics.windows import DEFAULT_QUANTILES, WindowStore
+from ragmon.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
+from ragmon.metrics.windows import DEFAULT_QUANTILES, WindowReading, WindowSnapshot, WindowStore
 from ragmon.model import RagRecord
 from ragmon.receivers.ingest import REQUEST_REJECT_REASONS, SPAN_REJECT_REASONS, IngestStats
 from ragmon.series import (
-    CounterCell,
+    Cell,
     CounterFamily,
+    DeferredFamily,
+    FoldedSeries,
     HistogramFamily,
     HistogramSeries,
     SeriesCollector,
@@ -39,15 +56,29 @@ if TYPE_CHECKING:
     from ragmon.pipeline import PipelineStats
 from ragmon.scoring import RecordScores, RetrievalScore
 
-__all__ = ["GENERATION_SCORES", "LATENCY_BUCKETS", "SCORE_BUCKETS", "RagMetrics", "StatsCollector", "self_metrics"]
+__all__ = [
+    "GENERATION_SCORES",
+    "LATENCY_BUCKETS",
+    "SCORE_BUCKETS",
+    "RagMetrics",
+    "StatsCollector",
+    "collect_families",
+    "encode_families",
+    "gzip_accepted",
+    "scrape",
+    "self_metrics",
+]
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 FOLDED_LABELS = frozenset({"service", "variant", "model"})
-"""Labels whose values pass through the ``LabelLimiter`` (``ragmon_label_values_folded_total``)."""
+"""Labels whose values come from traffic: they pass through the ``LabelLimiter``
+(``ragmon_label_values_folded_total``, ``ragmon_label_values_truncated_total``) and are the
+ones set to ``other`` in a family's fold series."""
 MAX_BUFFERED = 512
 """Records (and judgements) buffered before ``observe`` flushes by itself: bounds the buffers
 while the clock stays in the same window buckets."""
+LATENCY_GAUGE = "ragmon_latency_seconds"
 
 MeanKey = tuple[str, str, str, str, str]
 """(gauge, service, variant, source, detail) of a mean series: ``detail`` is ``k`` for retrieval
@@ -85,53 +116,99 @@ def _window_label(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def _fold_mean(key: MeanKey) -> MeanKey:
+    """A mean series' fold series: service and variant ``other``, the rest kept."""
+    return (key[0], OTHER, OTHER, key[3], key[4])
+
+
+def _fold_latency(key: LatencyKey) -> LatencyKey:
+    """A latency series' fold series: service and variant ``other``, the stage kept."""
+    return (OTHER, OTHER, key[2])
+
+
 class _WindowCollector(Collector):
-    """Builds the rolling gauges from the window stores at scrape time."""
+    """Builds the rolling gauges at scrape time, one family per step: each step copies one
+    store (``WindowStore.snapshot``); readings and samples are computed from the copies on
+    the family's first read (``DeferredFamily``)."""
 
     def __init__(self, metrics: RagMetrics) -> None:
         self._metrics = metrics
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterator[Metric]:
         m = self._metrics
         m.flush()
-        now = m.clock()
-        families = {
-            name: GaugeMetricFamily(name, doc, labels=["service", "variant", *extra, "window"])
-            for name, (doc, extra) in _MEAN_GAUGES.items()
-        }
+        snapshots: dict[str, _Readings] = {}
+        for gauge, store in m.gauges.items():
+            doc, extra = _MEAN_GAUGES[gauge]
+            readings = snapshots[gauge] = _Readings(store.snapshot(m.clock()))
+            template = GaugeMetricFamily(gauge, doc, labels=["service", "variant", *extra, "window"])
+            yield DeferredFamily(template, functools.partial(_fill_mean, readings, extra))
+        readings = snapshots[LATENCY_GAUGE] = _Readings(m.latency.snapshot(m.clock()))
+        latency = GaugeMetricFamily(
+            LATENCY_GAUGE, "Latency quantiles per stage over the window.",
+            labels=["service", "variant", "stage", "quantile", "window"], unit="",
+        )
+        yield DeferredFamily(latency, functools.partial(_fill_latency, readings))
         samples = GaugeMetricFamily(
             "ragmon_window_samples", "Observations behind each rolling gauge (for alert guards).",
             labels=["service", "variant", "source", "metric", "window"],
         )
-        counted: set[tuple[str, ...]] = set()
-        for reading in m.means.read(now):
-            if reading.mean is None:
-                continue
-            gauge, service, variant, source, k = reading.key
+        yield DeferredFamily(samples, functools.partial(_fill_samples, snapshots))
+
+
+class _Readings:
+    """A store's snapshot and its readings, computed once on first use."""
+
+    def __init__(self, snapshot: WindowSnapshot[Any]) -> None:
+        self._snapshot: WindowSnapshot[Any] | None = snapshot
+        self._readings: list[WindowReading[Any]] = []
+
+    def __call__(self) -> list[WindowReading[Any]]:
+        if self._snapshot is not None:
+            self._readings = self._snapshot.read()
+            self._snapshot = None
+        return self._readings
+
+
+def _fill_mean(readings: _Readings, extra: tuple[str, ...], family: GaugeMetricFamily) -> None:
+    """One sample per mean series and window with observations."""
+    for reading in readings():
+        if reading.mean is not None:
+            _, service, variant, source, detail = reading.key
+            values = {"source": source, "k": detail, "judge": detail}
+            family.add_metric([service, variant, *(values[e] for e in extra), _window_label(reading.window)], reading.mean)
+
+
+def _fill_latency(readings: _Readings, family: GaugeMetricFamily) -> None:
+    """One sample per latency series, quantile and window with observations."""
+    for reading in readings():
+        if reading.samples:
+            service, variant, stage = reading.key
             window = _window_label(reading.window)
-            extra = _MEAN_GAUGES[gauge][1]
-            values = {"source": source, "k": k, "judge": k}
-            families[gauge].add_metric([service, variant, *(values[e] for e in extra), window], reading.mean)
-            sample_key = (service, variant, source, gauge, window)
-            if sample_key not in counted:
-                counted.add(sample_key)
-                samples.add_metric([service, variant, source, gauge.removeprefix("ragmon_"), window], reading.samples)
-        latency = GaugeMetricFamily(
-            "ragmon_latency_seconds", "Latency quantiles per stage over the window.",
-            labels=["service", "variant", "stage", "quantile", "window"], unit="",
-        )
-        for quantiles in m.latency.read(now):
-            if not quantiles.samples:
-                continue
-            service, variant, stage = quantiles.key
-            window = _window_label(quantiles.window)
-            for q, value in quantiles.quantiles.items():
+            for q, value in reading.quantiles.items():
                 if value is not None:
-                    latency.add_metric([service, variant, stage, f"{q:g}", window], value)
-            samples.add_metric([service, variant, "", f"latency_{stage}", window], quantiles.samples)
-        yield from families.values()
-        yield latency
-        yield samples
+                    family.add_metric([service, variant, stage, f"{q:g}", window], value)
+
+
+def _fill_samples(snapshots: Mapping[str, _Readings], family: GaugeMetricFamily) -> None:
+    """Observations behind each gauge series: per (service, variant, source, window) for a
+    mean gauge (its k or judge series share it), per stage for latency."""
+    for gauge, readings in snapshots.items():
+        if gauge == LATENCY_GAUGE:
+            for reading in readings():
+                if reading.samples:
+                    service, variant, stage = reading.key
+                    family.add_metric([service, variant, "", f"latency_{stage}", _window_label(reading.window)], reading.samples)
+            continue
+        metric = gauge.removeprefix("ragmon_")
+        counted: set[tuple[str, ...]] = set()
+        for reading in readings():
+            if reading.mean is not None:
+                _, service, variant, source, _ = reading.key
+                window = _window_label(reading.window)
+                if (service, variant, source, window) not in counted:
+                    counted.add((service, variant, source, window))
+                    family.add_metric([service, variant, source, metric, window], reading.samples)
 
 
 class StatsCollector(Collector):
@@ -157,10 +234,13 @@ class _Stream(Generic[K]):
     """Values of one window series (and of its histogram series) awaiting ``flush``.
 
     ``trace_ids`` holds one id per value for a histogram with exemplars, else stays empty.
+    ``folded``: ``key`` is a fold series standing for keys past the budget (counted as folded).
     """
 
     key: K
-    histogram: tuple[HistogramFamily, HistogramSeries] | None = None
+    store: WindowStore[K]
+    histogram: tuple[HistogramFamily, HistogramSeries | FoldedSeries] | None = None
+    folded: bool = False
     values: list[float] = field(default_factory=list)
     trace_ids: list[str] = field(default_factory=list)
 
@@ -169,7 +249,12 @@ class _Stream(Generic[K]):
 class _ServiceSeries:
     """State of one (service, variant) bound once: no label lookups per request."""
 
-    traces: CounterCell
+    service: str
+    variant: str
+    folded: bool
+    traces: Cell
+    errors: Cell
+    unlabelled: Cell
     error: _Stream[MeanKey]
     total: _Stream[LatencyKey]
     stages: dict[str, _Stream[LatencyKey]] = field(default_factory=dict)
@@ -180,22 +265,23 @@ class _ServiceSeries:
 class _ModelSeries:
     """Counters of one (service, model), each made on its first use (as its series was)."""
 
-    __slots__ = ("_cells", "_labels")
+    __slots__ = ("_cells", "_folded", "_labels")
 
-    def __init__(self, labels: dict[str, tuple[CounterFamily, tuple[str, ...]]]) -> None:
+    def __init__(self, labels: dict[str, tuple[CounterFamily, tuple[str, ...]]], folded: bool) -> None:
         self._labels = labels
-        self._cells: dict[str, CounterCell] = {}
+        self._folded = folded
+        self._cells: dict[str, Cell] = {}
 
-    def counter(self, name: str) -> CounterCell:
-        """The cell of counter ``name`` ("input", "output", "cost", "unpriced", "without_usage")."""
+    def counter(self, name: str) -> Cell:
+        """The cell of counter ``name`` ("input", "output", "cost", "without_usage")."""
         cell = self._cells.get(name)
         if cell is None:
             family, labels = self._labels[name]
-            cell = self._cells[name] = family.cell(labels)
+            cell = self._cells[name] = family.folded_cell(labels) if self._folded else family.cell(labels)
         return cell
 
 
-_PerK: TypeAlias = tuple[int, CounterCell, list[float], list[float], list[float], list[float]]
+_PerK: TypeAlias = tuple[int, Cell, list[float], list[float], list[float], list[float]]
 """(k, hits counter, and the pending hit, recall, precision, NDCG values)."""
 
 
@@ -203,20 +289,20 @@ _PerK: TypeAlias = tuple[int, CounterCell, list[float], list[float], list[float]
 class _RetrievalSeries:
     """State of one (service, variant, source) bound once: no label lookups per request."""
 
-    queries: CounterCell
+    queries: Cell
     rr: _Stream[MeanKey]
     streams: tuple[_Stream[MeanKey], ...]
     """rr, then per k hit, recall, precision, NDCG: always fed together, pending together."""
     per_k: tuple[_PerK, ...]
 
 
-def _fold(store: WindowStore[K], streams: list[_Stream[K]], now: float, wall: float) -> None:
+def _fold(streams: list[_Stream[Any]], now: float, wall: float) -> None:
     """Add each stream's values to its window series and histogram series, then empty it."""
     for stream in streams:
         values = stream.values
         try:
             if values:
-                store.observe_many(stream.key, values, now)
+                stream.store.observe_many(stream.key, values, now, folded=stream.folded)
                 if stream.histogram is not None:
                     family, series = stream.histogram
                     family.add(series, values, stream.trace_ids or None, wall)
@@ -230,7 +316,8 @@ class RagMetrics:
 
     ``observe`` updates the counters and buffers the values of histograms and rolling windows;
     ``flush`` folds the buffers in (the scrape-time collectors flush first). Not thread-safe:
-    observe, flush and scrapes run on one thread (the event loop).
+    observe, flush and scrapes run on one thread (the event loop). ``max_series`` is the series
+    budget of every family and of each map of bound state (module docstring).
     """
 
     def __init__(
@@ -241,56 +328,73 @@ class RagMetrics:
         windows: Sequence[float],
         max_label_values: int,
         clock: Callable[[], float],
-        max_series: int = 10_000,
+        max_series: int = 1000,
+        max_label_chars: int = DEFAULT_MAX_CHARS,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        if isinstance(max_series, bool) or not isinstance(max_series, int) or max_series < 1:
+            raise ValueError(f"max_series must be an integer >= 1, got {max_series!r}")
         self.ks = tuple(ks)
         self.clock = clock
-        self.limit = LabelLimiter(max_label_values)
+        self.max_series = max_series
+        self.limit = LabelLimiter(max_label_values, max_label_chars)
         self._wall = wall
         self._services: dict[tuple[str, str], _ServiceSeries] = {}
         self._retrieval: dict[tuple[str, str, str], _RetrievalSeries] = {}
         self._models: dict[tuple[str, str], _ModelSeries] = {}
+        self._generation: dict[str, dict[tuple[str, str, str, str], _Stream[MeanKey]]] = {
+            name: {} for name in GENERATION_SCORES
+        }
+        self._folded_service: _ServiceSeries | None = None
+        self._folded_retrieval: dict[str, _RetrievalSeries] = {}
+        self._folded_model: _ModelSeries | None = None
+        self._folded_generation: dict[tuple[str, str, str], _Stream[MeanKey]] = {}
         self._now = -math.inf
         """``now`` of the buffered observations (``observe`` flushes when a new ``now`` falls in other window buckets)."""
         self._buffered = 0
         """Records and judgements buffered since the last flush (at most ``MAX_BUFFERED``)."""
         self._pending_means: list[_Stream[MeanKey]] = []
         self._pending_latency: list[_Stream[LatencyKey]] = []
-        fold_mean: Callable[[MeanKey], MeanKey] = lambda key: (key[0], OTHER, OTHER, key[3], key[4])  # noqa: E731
-        fold_latency: Callable[[LatencyKey], LatencyKey] = lambda key: (OTHER, OTHER, key[2])  # noqa: E731
-        self.means: WindowStore[MeanKey] = WindowStore(windows, max_series=max_series, fold=fold_mean)
+        self.gauges: dict[str, WindowStore[MeanKey]] = {
+            name: WindowStore(windows, max_series=max_series, fold=_fold_mean) for name in _MEAN_GAUGES
+        }
+        """One store per rolling mean gauge family (its series budget is the store's)."""
         self.latency: WindowStore[LatencyKey] = WindowStore(
-            windows, quantiles=DEFAULT_QUANTILES, max_series=max_series, fold=fold_latency
+            windows, quantiles=DEFAULT_QUANTILES, max_series=max_series, fold=_fold_latency
         )
         sv = ["service", "variant"]
         src = [*sv, "source"]
-        self.traces = CounterFamily("ragmon_traces", "Finished requests (RAG traces) scored.", sv, wall)
-        self.trace_errors = CounterFamily("ragmon_trace_errors", "Finished requests whose trace had an error.", sv, wall)
+        budget: dict[str, Any] = {"max_series": max_series, "fold_labels": FOLDED_LABELS}
+        self.traces = CounterFamily("ragmon_traces", "Finished requests (RAG traces) scored.", sv, wall, **budget)
+        self.trace_errors = CounterFamily("ragmon_trace_errors", "Finished requests whose trace had an error.", sv, wall, **budget)
         self.duration = HistogramFamily(
             "ragmon_request_duration_seconds", "Request latency per stage (total: the local root span).",
-            [*sv, "stage"], LATENCY_BUCKETS, wall,
+            [*sv, "stage"], LATENCY_BUCKETS, wall, **budget,
         )
-        self.tokens = CounterFamily("ragmon_tokens", "Model tokens.", ["service", "model", "token_type"], wall)
-        self.cost = CounterFamily("ragmon_cost_usd", "Priced model cost in USD.", ["service", "model"], wall)
-        self.unpriced = CounterFamily("ragmon_unpriced_tokens", "Tokens of models with no known price.", ["model"], wall)
+        self.tokens = CounterFamily("ragmon_tokens", "Model tokens.", ["service", "model", "token_type"], wall, **budget)
+        self.cost = CounterFamily("ragmon_cost_usd", "Priced model cost in USD.", ["service", "model"], wall, **budget)
+        self.unpriced = CounterFamily("ragmon_unpriced_tokens", "Tokens of models with no known price.", ["model"], wall, **budget)
         self.without_usage = CounterFamily(
             "ragmon_llm_calls_without_usage", "Model calls whose span reported no tokens and no cost (not priced).",
-            ["service", "model"], wall,
+            ["service", "model"], wall, **budget,
         )
-        self.queries = CounterFamily("ragmon_retrieval_queries", "Retrievals scored against relevance.", src, wall)
-        self.unlabelled = CounterFamily("ragmon_retrieval_unlabelled", "Retrievals with no relevance information (not scored).", sv, wall)
-        self.hits = CounterFamily("ragmon_retrieval_hits", "Retrievals with a relevant document in the top k.", [*src, "k"], wall)
-        self.rr = HistogramFamily("ragmon_retrieval_reciprocal_rank", "Reciprocal rank per retrieval.", src, SCORE_BUCKETS, wall)
-        self.recall = HistogramFamily("ragmon_retrieval_recall", "Recall@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
-        self.precision = HistogramFamily("ragmon_retrieval_precision", "Precision@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
-        self.ndcg = HistogramFamily("ragmon_retrieval_ndcg", "NDCG@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall)
+        self.queries = CounterFamily("ragmon_retrieval_queries", "Retrievals scored against relevance.", src, wall, **budget)
+        self.unlabelled = CounterFamily("ragmon_retrieval_unlabelled", "Retrievals with no relevance information (not scored).", sv, wall, **budget)
+        self.hits = CounterFamily("ragmon_retrieval_hits", "Retrievals with a relevant document in the top k.", [*src, "k"], wall, **budget)
+        self.rr = HistogramFamily("ragmon_retrieval_reciprocal_rank", "Reciprocal rank per retrieval.", src, SCORE_BUCKETS, wall, **budget)
+        self.recall = HistogramFamily("ragmon_retrieval_recall", "Recall@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall, **budget)
+        self.precision = HistogramFamily("ragmon_retrieval_precision", "Precision@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall, **budget)
+        self.ndcg = HistogramFamily("ragmon_retrieval_ndcg", "NDCG@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall, **budget)
         gen = [*src, "judge"]
         self.generation = {
-            name: HistogramFamily(f"ragmon_{name}", doc, gen, SCORE_BUCKETS, wall)
+            name: HistogramFamily(f"ragmon_{name}", doc, gen, SCORE_BUCKETS, wall, **budget)
             for name, doc in GENERATION_SCORES.items()
         }
-        self._generation: dict[tuple[str, str, str, str, str], _Stream[MeanKey]] = {}
+        self.counters = (
+            self.traces, self.trace_errors, self.tokens, self.cost, self.unpriced, self.without_usage,
+            self.queries, self.unlabelled, self.hits,
+        )
+        self.histograms = (self.duration, self.rr, self.recall, self.precision, self.ndcg, *self.generation.values())
         registry.register(SeriesCollector(
             [
                 self.traces, self.trace_errors, self.duration, self.tokens, self.cost, self.unpriced,
@@ -304,18 +408,40 @@ class RagMetrics:
         registry.register(_WindowCollector(self))
         registry.register(StatsCollector(self._own_stats))
 
+    def series_folded(self) -> dict[str, int]:
+        """Per exported metric name: observations that went to its ``other`` series because its
+        series budget was full."""
+        out = {f"{f.name}_total": f.folded for f in self.counters}
+        out.update((f.name, f.folded) for f in self.histograms)
+        stores: list[tuple[str, WindowStore[Any]]] = [*self.gauges.items(), (LATENCY_GAUGE, self.latency)]
+        for name, store in stores:
+            out[name] = store.discards()["folded"]
+        return out
+
     def _own_stats(self) -> Iterable[Metric]:
+        limit = self.limit
         folded = CounterMetricFamily("ragmon_label_values_folded", "Observations whose label value was folded into 'other'.", labels=["label"])
-        for label in sorted(FOLDED_LABELS | self.limit.folded.keys()):
-            folded.add_metric([label], self.limit.folded[label])
+        for label in sorted(FOLDED_LABELS | limit.folded.keys()):
+            folded.add_metric([label], limit.folded[label])
+        truncated = CounterMetricFamily(
+            "ragmon_label_values_truncated", "Observations whose label value was cut to metrics.max_label_chars.", labels=["label"]
+        )
+        for label in sorted(FOLDED_LABELS | limit.truncated.keys()):
+            truncated.add_metric([label], limit.truncated[label])
+        budget = CounterMetricFamily(
+            "ragmon_series_folded", "Observations that went to a family's 'other' series because its series budget (metrics.max_series) was full.",
+            labels=["metric"],
+        )
+        for metric, n in sorted(self.series_folded().items()):
+            budget.add_metric([metric], n)
         series = GaugeMetricFamily("ragmon_window_series", "Series held by the rolling windows.", labels=["store"])
         dropped = CounterMetricFamily("ragmon_window_dropped", "Observations the rolling windows discarded.", labels=["store", "reason"])
-        for name, store in (("means", self.means), ("latency", self.latency)):
-            stats = store.stats()
-            series.add_metric([name], stats.series)
+        for name, stores in (("means", list(self.gauges.values())), ("latency", [self.latency])):
+            series.add_metric([name], sum(len(store) for store in stores))
+            discards = [store.discards() for store in stores]
             for reason in ("folded", "dropped", "invalid", "late"):
-                dropped.add_metric([name, reason], getattr(stats, reason))
-        return [folded, series, dropped]
+                dropped.add_metric([name, reason], sum(d[reason] for d in discards))
+        return [folded, truncated, budget, series, dropped]
 
     def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
         """Count one scored request and buffer its values (see ``flush``)."""
@@ -329,7 +455,7 @@ class RagMetrics:
         sv = self._services.get((service, variant)) or self._service_series(service, variant)
         sv.traces.inc()
         if record.error:
-            self.trace_errors.cell((service, variant)).inc()
+            sv.errors.inc()
         stream: _Stream[Any] = sv.error
         if not stream.values:
             means.append(stream)
@@ -340,7 +466,7 @@ class RagMetrics:
         stream.values.append(record.duration_seconds)
         stream.trace_ids.append(trace_id)
         for stage, seconds in record.stage_seconds.items():
-            stream = sv.stages.get(stage) or self._stage_stream(sv, service, variant, stage)
+            stream = sv.stages.get(stage) or self._stage_stream(sv, stage)
             if not stream.values:
                 latency.append(stream)
             stream.values.append(seconds)
@@ -356,19 +482,19 @@ class RagMetrics:
             if call.output_tokens:
                 ms.counter("output").inc(call.output_tokens)
             if call.usd is None:
-                ms.counter("unpriced").inc(call.input_tokens + call.output_tokens)
+                self.unpriced.cell((model,)).inc(call.input_tokens + call.output_tokens)
             else:
                 ms.counter("cost").inc(call.usd)
         cost = scores.cost_usd
         if cost is not None:
             if sv.cost is None:
-                sv.cost = _Stream(("ragmon_cost_usd_per_request", service, variant, "", ""))
+                sv.cost = self._stream("ragmon_cost_usd_per_request", sv.service, sv.variant, "", "", folded=sv.folded)
             stream = sv.cost
             if not stream.values:
                 means.append(stream)
             stream.values.append(cost)
         if scores.unlabelled:
-            self.unlabelled.cell((service, variant)).inc()
+            sv.unlabelled.inc()
         for score in scores.retrieval:
             self._observe_retrieval(service, variant, score, trace_id)
 
@@ -404,14 +530,8 @@ class RagMetrics:
         variant = self.limit("variant", record.variant or "default")
         trace_id = record.trace_id.hex()
         for name, value in scores.items():
-            key = (name, service, variant, source, judge)
-            stream = self._generation.get(key)
-            if stream is None:
-                family = self.generation[name]
-                stream = self._generation[key] = _Stream(
-                    (f"ragmon_{name}_mean", service, variant, source, judge),
-                    (family, family.series((service, variant, source, judge))),
-                )
+            key = (service, variant, source, judge)
+            stream = self._generation[name].get(key) or self._generation_stream(name, key)
             if not stream.values:
                 self._pending_means.append(stream)
             stream.values.append(value)
@@ -422,10 +542,9 @@ class RagMetrics:
     def _buffer_one(self, now: float) -> None:
         """Make room for one more record observed at ``now``: flush first when the clock left
         the window buckets of the buffered values (folding them later would then misplace
-        them) or when ``MAX_BUFFERED`` records wait."""
-        if now != self._now and not (
-            self.means.same_buckets(self._now, now) and self.latency.same_buckets(self._now, now)
-        ):
+        them) or when ``MAX_BUFFERED`` records wait. Every store has the same windows and
+        buckets, so the latency store answers for all."""
+        if now != self._now and not self.latency.same_buckets(self._now, now):
             self.flush()
             self._now = now
         self._buffered += 1
@@ -441,59 +560,192 @@ class RagMetrics:
         wall = self._wall()
         means, self._pending_means = self._pending_means, []
         latency, self._pending_latency = self._pending_latency, []
-        _fold(self.means, means, self._now, wall)
-        _fold(self.latency, latency, self._now, wall)
+        _fold(means, self._now, wall)
+        _fold(latency, self._now, wall)
+
+    # -- bound state, made on first use; past ``max_series`` entries, one folded entry ---------
+
+    def _stream(self, gauge: str, service: str, variant: str, source: str, detail: str, *, folded: bool) -> _Stream[MeanKey]:
+        return _Stream((gauge, service, variant, source, detail), self.gauges[gauge], folded=folded)
 
     def _service_series(self, service: str, variant: str) -> _ServiceSeries:
-        """The bound state of one (service, variant), made on its first request."""
-        self.trace_errors.cell((service, variant))  # exported at 0 until the first
-        self.unlabelled.cell((service, variant))
-        series = self._services[(service, variant)] = _ServiceSeries(
-            self.traces.cell((service, variant)),
-            _Stream(("ragmon_error_ratio", service, variant, "", "")),
-            self._latency_stream(service, variant, "total"),
+        """The bound state of one (service, variant), made on its first request; past the
+        budget, the folded entry."""
+        if len(self._services) < self.max_series:
+            series = self._services[(service, variant)] = self._new_service_series(service, variant, folded=False)
+            return series
+        if self._folded_service is None:
+            self._folded_service = self._new_service_series(OTHER, OTHER, folded=True)
+        return self._folded_service
+
+    def _new_service_series(self, service: str, variant: str, *, folded: bool) -> _ServiceSeries:
+        labels = (service, variant)
+        traces, errors, unlabelled = (
+            family.folded_cell(labels) if folded else family.cell(labels)  # errors, unlabelled exported at 0 until the first
+            for family in (self.traces, self.trace_errors, self.unlabelled)
         )
-        return series
+        return _ServiceSeries(
+            service, variant, folded, traces, errors, unlabelled,
+            self._stream("ragmon_error_ratio", service, variant, "", "", folded=folded),
+            self._latency_stream(service, variant, "total", folded=folded),
+        )
 
     def _model_series(self, service: str, model: str) -> _ModelSeries:
-        """The counters of one (service, model), bound on its first call."""
-        series = self._models[(service, model)] = _ModelSeries({
+        """The counters of one (service, model), bound on its first call; past the budget, the
+        folded entry."""
+        folded = len(self._models) >= self.max_series
+        if folded:
+            if self._folded_model is not None:
+                return self._folded_model
+            service = model = OTHER
+        series = _ModelSeries({
             "input": (self.tokens, (service, model, "input")),
             "output": (self.tokens, (service, model, "output")),
             "cost": (self.cost, (service, model)),
-            "unpriced": (self.unpriced, (model,)),
             "without_usage": (self.without_usage, (service, model)),
-        })
+        }, folded)
+        if folded:
+            self._folded_model = series
+        else:
+            self._models[(service, model)] = series
         return series
 
-    def _latency_stream(self, service: str, variant: str, stage: str) -> _Stream[LatencyKey]:
+    def _latency_stream(self, service: str, variant: str, stage: str, *, folded: bool) -> _Stream[LatencyKey]:
         labels = (service, variant, stage)
-        return _Stream(labels, (self.duration, self.duration.series(labels)))
+        series = self.duration.folded_series(labels) if folded else self.duration.series(labels)
+        return _Stream(labels, self.latency, (self.duration, series), folded)
 
-    def _stage_stream(self, sv: _ServiceSeries, service: str, variant: str, stage: str) -> _Stream[LatencyKey]:
-        stream = sv.stages[stage] = self._latency_stream(service, variant, stage)
+    def _stage_stream(self, sv: _ServiceSeries, stage: str) -> _Stream[LatencyKey]:
+        stream = sv.stages[stage] = self._latency_stream(sv.service, sv.variant, stage, folded=sv.folded)
         return stream
 
     def _retrieval_series(self, service: str, variant: str, source: str) -> _RetrievalSeries:
-        """The bound state of one (service, variant, source), made on its first retrieval."""
+        """The bound state of one (service, variant, source), made on its first retrieval;
+        past the budget, the folded entry of ``source``."""
+        if len(self._retrieval) < self.max_series:
+            series = self._retrieval[(service, variant, source)] = self._new_retrieval_series(
+                service, variant, source, folded=False
+            )
+            return series
+        folded = self._folded_retrieval.get(source)
+        if folded is None:
+            folded = self._folded_retrieval[source] = self._new_retrieval_series(OTHER, OTHER, source, folded=True)
+        return folded
+
+    def _new_retrieval_series(self, service: str, variant: str, source: str, *, folded: bool) -> _RetrievalSeries:
         labels = (service, variant, source)
-        rr = _Stream(("ragmon_retrieval_mrr", service, variant, source, ""), (self.rr, self.rr.series(labels)))
+        per_k_labels = [(*labels, str(k)) for k in self.ks]
+
+        def histograms(family: HistogramFamily, group: Sequence[tuple[str, ...]]) -> list[HistogramSeries | FoldedSeries]:
+            if folded:
+                return [family.folded_series(one) for one in group]
+            return family.series_group(group)
+
+        rr = self._stream("ragmon_retrieval_mrr", service, variant, source, "", folded=folded)
+        rr.histogram = (self.rr, histograms(self.rr, [labels])[0])
+        hit_cells = [self.hits.folded_cell(one) for one in per_k_labels] if folded else self.hits.cells(per_k_labels)
+        per_family = {
+            family: histograms(family, per_k_labels)
+            for family in (self.recall, self.precision, self.ndcg)
+            if source != "judge" or family is self.precision  # no recall or NDCG from the judge
+        }
         streams: list[_Stream[MeanKey]] = [rr]
         per_k: list[_PerK] = []
-        for k in self.ks:
+        for i, k in enumerate(self.ks):
             ks = str(k)
             hit, recall, precision, ndcg = (
-                _Stream((gauge, service, variant, source, ks)) for gauge in _PER_K_GAUGES
+                self._stream(gauge, service, variant, source, ks, folded=folded) for gauge in _PER_K_GAUGES
             )
             for stream, family in ((recall, self.recall), (precision, self.precision), (ndcg, self.ndcg)):
-                if source != "judge" or family is self.precision:  # no recall or NDCG from the judge
-                    stream.histogram = (family, family.series((*labels, ks)))
+                if family in per_family:
+                    stream.histogram = (family, per_family[family][i])
             streams.extend((hit, recall, precision, ndcg))
-            per_k.append((k, self.hits.cell((*labels, ks)), hit.values, recall.values, precision.values, ndcg.values))
-        series = self._retrieval[labels] = _RetrievalSeries(
-            self.queries.cell(labels), rr, tuple(streams), tuple(per_k)
-        )
-        return series
+            per_k.append((k, hit_cells[i], hit.values, recall.values, precision.values, ndcg.values))
+        queries = self.queries.folded_cell(labels) if folded else self.queries.cell(labels)
+        return _RetrievalSeries(queries, rr, tuple(streams), tuple(per_k))
+
+    def _generation_stream(self, name: str, key: tuple[str, str, str, str]) -> _Stream[MeanKey]:
+        """The stream of generation score ``name`` for (service, variant, source, judge), made on
+        its first value; past the budget, the folded stream of (source, judge)."""
+        streams = self._generation[name]
+        family = self.generation[name]
+        service, variant, source, judge = key
+        if len(streams) < self.max_series:
+            stream = streams[key] = self._stream(f"ragmon_{name}_mean", service, variant, source, judge, folded=False)
+            stream.histogram = (family, family.series(key))
+            return stream
+        folded_key = (name, source, judge)
+        folded = self._folded_generation.get(folded_key)
+        if folded is None:
+            folded = self._folded_generation[folded_key] = self._stream(f"ragmon_{name}_mean", OTHER, OTHER, source, judge, folded=True)
+            folded.histogram = (family, family.folded_series((OTHER, OTHER, source, judge)))
+        return folded
+
+
+# -- scrapes: collect on the event loop, encode in a worker thread ------------------------------
+
+GZIP_LEVEL = 6
+"""zlib's default level: most of level 9's ratio at a fraction of its time."""
+
+
+class _Snapshot(Collector):
+    """Families already collected (never changed afterwards): what a worker thread encodes.
+
+    Read once: each family is let go once the encoder has moved past it, so its samples (built
+    by that reading, ``DeferredFamily``) are freed one family at a time, not all at the end.
+    """
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        families, self._families = self._families, []
+        families.reverse()
+        while families:
+            yield families.pop()
+
+
+async def collect_families(registry: Collector) -> list[Metric]:
+    """Every family of ``registry``, built on the event loop one at a time (each bounded by its
+    series budget), yielding to the loop between them so that ingest and probes go on."""
+    families = []
+    for family in registry.collect():
+        families.append(family)
+        await asyncio.sleep(0)
+    return families
+
+
+def gzip_accepted(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header value accepts gzip (``gzip;q=0`` does not)."""
+    for part in accept_encoding.split(","):
+        coding, _, params = part.partition(";")
+        if coding.strip().lower() == "gzip":
+            q = params.strip().lower().removeprefix("q=")
+            try:
+                return not params.strip() or float(q) > 0
+            except ValueError:
+                return True
+    return False
+
+
+def encode_families(families: list[Metric], accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
+    """The exposition of ``families`` in the format ``accept`` asks for (Prometheus text, or
+    OpenMetrics with exemplars; prometheus_client's ``choose_encoder``), gzipped when
+    ``accept_encoding`` allows: (body, response headers). Takes ``families`` over (the list
+    is emptied as they are written) and reads nothing else: safe in a worker thread."""
+    encoder, content_type = choose_encoder(accept)
+    body = encoder(_Snapshot(families))
+    headers = {"Content-Type": content_type}
+    if gzip_accepted(accept_encoding):
+        body = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+        headers["Content-Encoding"] = "gzip"
+    return body, headers
+
+
+async def scrape(registry: Collector, accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
+    """One ``/metrics`` answer: families collected on the loop (``collect_families``), encoded
+    in a worker thread (``encode_families``), so the loop never waits for the encoding."""
+    return await asyncio.to_thread(encode_families, await collect_families(registry), accept, accept_encoding)
 
 
 def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineStats) -> Iterable[Metric]:

@@ -8,15 +8,26 @@ the families at scrape time. The samples equal those of prometheus_client's ``Co
 latest exemplar. Exemplar and ``_created`` timestamps are the wall clock when the batch was
 folded in (resp. the series made), not of each observation.
 
-Not thread-safe: update and collect on one thread (ragmon's event loop).
+Series budget. A family made with ``max_series`` keeps at most that many label sets of its own;
+past it a new label set goes to its fold series: the same labels with those named in
+``fold_labels`` (e.g. service, variant, model) set to ``other``, the others (source, k, stage, …)
+kept. Fold series are made on demand outside the budget, so a family holds at most
+``max_series`` plus one series per combination of the kept labels' values. A folded label set
+is handed out as a ``FoldedCell`` / ``FoldedSeries``: what is added through it lands in the
+fold series (totals stay exact) and is counted in the family's ``folded``.
+
+Not thread-safe: update and collect on one thread (ragmon's event loop). A collected family
+holds copies of the values (``DeferredFamily``), so reading it elsewhere (a worker thread) is
+safe while the state goes on changing.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from typing import Generic, TypeAlias, TypeVar
 
 import numpy as np
 from prometheus_client import metrics as _client_metrics
@@ -25,11 +36,17 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar, Sample
 from prometheus_client.utils import floatToGoString
 
+from ragmon.labels import OTHER
+
 __all__ = [
     "BULK_MIN",
     "Buckets",
+    "Cell",
     "CounterCell",
     "CounterFamily",
+    "DeferredFamily",
+    "FoldedCell",
+    "FoldedSeries",
     "HistogramFamily",
     "HistogramSeries",
     "SeriesCollector",
@@ -41,6 +58,27 @@ Family: TypeAlias = "CounterFamily | HistogramFamily"
 
 BULK_MIN = 16
 """Batches at least this long are bucketed with numpy; shorter ones in Python."""
+
+
+def _fold_positions(labelnames: Sequence[str], fold_labels: Collection[str]) -> tuple[int, ...]:
+    """Indexes in ``labelnames`` of the labels that fold into ``other``."""
+    return tuple(i for i, name in enumerate(labelnames) if name in fold_labels)
+
+
+def _folded_labels(labels: Labels, positions: Sequence[int]) -> Labels:
+    """``labels`` with the values at ``positions`` replaced by ``other`` (a fold series' labels)."""
+    out = list(labels)
+    for i in positions:
+        out[i] = OTHER
+    return tuple(out)
+
+
+def _check_budget(max_series: int | None) -> int:
+    if max_series is None:
+        return sys.maxsize
+    if isinstance(max_series, bool) or not isinstance(max_series, int) or max_series < 0:
+        raise ValueError(f"max_series must be an integer >= 0, got {max_series!r}")
+    return max_series
 
 
 def running_sum(start: float, values: Iterable[float]) -> float:
@@ -101,6 +139,34 @@ def _created_enabled() -> bool:
     return bool(getattr(_client_metrics, "_use_created", True))
 
 
+M = TypeVar("M", bound=Metric)
+
+
+class DeferredFamily(Metric, Generic[M]):
+    """A family whose samples are made on their first read: ``fill`` adds them to ``template``
+    (an empty family of the right name and type) from data copied when the family was
+    collected. Collecting is then a cheap copy on the event loop; the samples are built by
+    whoever reads them first, e.g. the worker thread that encodes a scrape."""
+
+    def __init__(self, template: M, fill: Callable[[M], None]) -> None:
+        super().__init__(template.name, template.documentation, template.type, template.unit)
+        self._template: M | None = template
+        self._fill = fill
+
+    @property
+    def samples(self) -> list[Sample]:
+        template = self._template
+        if template is not None:
+            self._template = None
+            self._fill(template)
+            self._samples = template.samples
+        return self._samples
+
+    @samples.setter
+    def samples(self, value: list[Sample]) -> None:
+        self._samples = value
+
+
 class CounterCell:
     """One counter series: its value and when it was made."""
 
@@ -117,34 +183,98 @@ class CounterCell:
         self.value += amount
 
 
-class CounterFamily:
-    """A counter's series by label values, made on first use."""
+class FoldedCell:
+    """A label set past its family's budget: increments go to the fold series ``target`` and
+    each is counted in the family's ``folded``."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], wall: Callable[[], float]) -> None:
+    __slots__ = ("_family", "target")
+
+    def __init__(self, target: CounterCell, family: CounterFamily) -> None:
+        self.target = target
+        self._family = family
+
+    def inc(self, amount: float = 1.0) -> None:
+        """``target.inc(amount)``, counted as one folded observation."""
+        self.target.inc(amount)
+        self._family.folded += 1
+
+
+Cell: TypeAlias = "CounterCell | FoldedCell"
+
+
+class CounterFamily:
+    """A counter's series by label values, made on first use, at most ``max_series`` of its own
+    (module docstring: series budget)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        wall: Callable[[], float],
+        *,
+        max_series: int | None = None,
+        fold_labels: Collection[str] = (),
+    ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self.max_series = _check_budget(max_series)
+        self.folded = 0
+        """Increments that went to a fold series because the budget was full."""
         self._wall = wall
         self._cells: dict[Labels, CounterCell] = {}
+        self._own = 0
+        self._positions = _fold_positions(self.labelnames, fold_labels)
+        self._folders: dict[Labels, FoldedCell] = {}
 
-    def cell(self, labels: Labels) -> CounterCell:
-        """The series of ``labels``, made now if new."""
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def cell(self, labels: Labels) -> Cell:
+        """The series of ``labels``, made now if new (folded past the budget)."""
         cell = self._cells.get(labels)
-        if cell is None:
-            cell = self._cells[labels] = CounterCell(self._wall())
-        return cell
+        if cell is not None:
+            return cell
+        return self.cells((labels,))[0]
+
+    def cells(self, group: Sequence[Labels]) -> list[Cell]:
+        """The series of each label set of ``group``: the new ones are made together if the
+        budget has room for all of them, else all of them fold."""
+        new = [labels for labels in dict.fromkeys(group) if labels not in self._cells]
+        if self._own + len(new) <= self.max_series:
+            for labels in new:
+                self._cells[labels] = CounterCell(self._wall())
+            self._own += len(new)
+            return [self._cells[labels] for labels in group]
+        return [self._cells[labels] if labels not in new else self.folded_cell(labels) for labels in group]
+
+    def folded_cell(self, labels: Labels) -> FoldedCell:
+        """``labels`` as a folded label set: increments counted in its fold series."""
+        target_labels = _folded_labels(labels, self._positions)
+        folder = self._folders.get(target_labels)
+        if folder is None:
+            target = self._cells.get(target_labels)
+            if target is None:
+                target = self._cells[target_labels] = CounterCell(self._wall())
+            folder = self._folders[target_labels] = FoldedCell(target, self)
+        return folder
 
     def describe(self) -> Metric:
         """The family without samples."""
         return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def collect(self) -> Metric:
-        """The family with a ``_total`` (and ``_created``) sample per series."""
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        """The family with a ``_total`` (and ``_created``) sample per series: the values are
+        copied now, the samples made on first read (``DeferredFamily``)."""
         created = _created_enabled()
-        for labels, cell in self._cells.items():
-            family.add_metric(labels, cell.value, cell.created if created else None)
-        return family
+        rows = [(labels, cell.value, cell.created if created else None) for labels, cell in self._cells.items()]
+
+        def fill(family: CounterMetricFamily) -> None:
+            for labels, value, created_at in rows:
+                family.add_metric(labels, value, created_at)
+
+        return DeferredFamily(CounterMetricFamily(self.name, self.documentation, labels=self.labelnames), fill)
 
 
 class HistogramSeries:
@@ -160,8 +290,19 @@ class HistogramSeries:
         self.created = created
 
 
+class FoldedSeries:
+    """A label set past its family's budget: values go to the fold series ``target`` (see
+    ``HistogramFamily.add``) and are counted in the family's ``folded``."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: HistogramSeries) -> None:
+        self.target = target
+
+
 class HistogramFamily:
-    """A histogram's series by label values, made on first use; values are added in batches."""
+    """A histogram's series by label values, made on first use, at most ``max_series`` of its
+    own (module docstring: series budget); values are added in batches."""
 
     def __init__(
         self,
@@ -170,30 +311,68 @@ class HistogramFamily:
         labelnames: Sequence[str],
         buckets: Sequence[float],
         wall: Callable[[], float],
+        *,
+        max_series: int | None = None,
+        fold_labels: Collection[str] = (),
     ) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.buckets = Buckets(buckets)
+        self.max_series = _check_budget(max_series)
+        self.folded = 0
+        """Values that went to a fold series because the budget was full."""
         self._wall = wall
         self._series: dict[Labels, HistogramSeries] = {}
+        self._own = 0
+        self._positions = _fold_positions(self.labelnames, fold_labels)
+        self._folders: dict[Labels, FoldedSeries] = {}
 
-    def series(self, labels: Labels) -> HistogramSeries:
-        """The series of ``labels``, made now if new."""
+    def __len__(self) -> int:
+        return len(self._series)
+
+    def series(self, labels: Labels) -> HistogramSeries | FoldedSeries:
+        """The series of ``labels``, made now if new (folded past the budget)."""
         series = self._series.get(labels)
-        if series is None:
-            series = self._series[labels] = HistogramSeries(len(self.buckets), self._wall())
-        return series
+        if series is not None:
+            return series
+        return self.series_group((labels,))[0]
+
+    def series_group(self, group: Sequence[Labels]) -> list[HistogramSeries | FoldedSeries]:
+        """The series of each label set of ``group``: the new ones are made together if the
+        budget has room for all of them, else all of them fold."""
+        new = [labels for labels in dict.fromkeys(group) if labels not in self._series]
+        if self._own + len(new) <= self.max_series:
+            for labels in new:
+                self._series[labels] = HistogramSeries(len(self.buckets), self._wall())
+            self._own += len(new)
+            return [self._series[labels] for labels in group]
+        return [self._series[labels] if labels not in new else self.folded_series(labels) for labels in group]
+
+    def folded_series(self, labels: Labels) -> FoldedSeries:
+        """``labels`` as a folded label set: values counted in its fold series."""
+        target_labels = _folded_labels(labels, self._positions)
+        folder = self._folders.get(target_labels)
+        if folder is None:
+            target = self._series.get(target_labels)
+            if target is None:
+                target = self._series[target_labels] = HistogramSeries(len(self.buckets), self._wall())
+            folder = self._folders[target_labels] = FoldedSeries(target)
+        return folder
 
     def add(
         self,
-        series: HistogramSeries,
+        series: HistogramSeries | FoldedSeries,
         values: Sequence[float],
         trace_ids: Sequence[str] | None,
         wall: float,
     ) -> None:
         """Observe ``values`` in order; with ``trace_ids`` (one per value), each bucket's exemplar
-        becomes its latest value's, stamped ``wall``."""
+        becomes its latest value's, stamped ``wall``. Values of a ``FoldedSeries`` go to its
+        fold series and are counted in ``folded``."""
+        if isinstance(series, FoldedSeries):
+            self.folded += len(values)
+            series = series.target
         counts, last = self.buckets.count(values, last=trace_ids is not None)
         totals = series.counts
         for b, n in enumerate(counts):
@@ -209,29 +388,39 @@ class HistogramFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def collect(self) -> Metric:
-        """The family: cumulative ``_bucket`` samples with exemplars, ``_count``, ``_sum``, ``_created``."""
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        """The family: cumulative ``_bucket`` samples with exemplars, ``_count``, ``_sum``,
+        ``_created``; the series are copied now, the samples made on first read
+        (``DeferredFamily``)."""
         created = _created_enabled()
-        for labels, series in self._series.items():
-            buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
-            total = 0.0
-            for le, n, exemplar in zip(self.buckets.labels, series.counts, series.exemplars):
-                total += n
-                if exemplar is None:
-                    buckets.append((le, total))
-                else:
-                    trace_id, value, wall = exemplar
-                    buckets.append((le, total, Exemplar({"trace_id": trace_id}, value, wall)))
-            family.add_metric(labels, buckets, series.sum)
-            if created:
-                family.samples.append(
-                    Sample(self.name + "_created", dict(zip(self.labelnames, labels)), series.created)
-                )
-        return family
+        rows = [
+            (labels, tuple(series.counts), series.sum, tuple(series.exemplars), series.created)
+            for labels, series in self._series.items()
+        ]
+        name, labelnames, les = self.name, self.labelnames, self.buckets.labels
+
+        def fill(family: HistogramMetricFamily) -> None:
+            for labels, counts, sum_value, exemplars, created_at in rows:
+                buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+                total = 0.0
+                for le, n, exemplar in zip(les, counts, exemplars):
+                    total += n
+                    if exemplar is None:
+                        buckets.append((le, total))
+                    else:
+                        trace_id, value, wall = exemplar
+                        buckets.append((le, total, Exemplar({"trace_id": trace_id}, value, wall)))
+                family.add_metric(labels, buckets, sum_value)
+                if created:
+                    family.samples.append(Sample(name + "_created", dict(zip(labelnames, labels)), created_at))
+
+        return DeferredFamily(HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames), fill)
 
 
 class SeriesCollector(Collector):
-    """Exports ``families`` in order, calling ``before`` first (e.g. to fold in pending data)."""
+    """Exports ``families`` in order, calling ``before`` first (e.g. to fold in pending data).
+
+    ``collect`` builds one family per step of its iterator, so a caller may do other work
+    between families."""
 
     def __init__(self, families: Sequence[Family], before: Callable[[], None]) -> None:
         self._families = tuple(families)
@@ -240,6 +429,7 @@ class SeriesCollector(Collector):
     def describe(self) -> Iterable[Metric]:
         return [f.describe() for f in self._families]
 
-    def collect(self) -> Iterable[Metric]:
+    def collect(self) -> Iterator[Metric]:
         self._before()
-        return [f.collect() for f in self._families]
+        for family in self._families:
+            yield family.collect()

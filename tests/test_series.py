@@ -20,8 +20,12 @@ from strategies import SETTINGS
 from ragmon.series import (
     BULK_MIN,
     Buckets,
+    CounterCell,
     CounterFamily,
+    FoldedCell,
+    FoldedSeries,
     HistogramFamily,
+    HistogramSeries,
     SeriesCollector,
     running_sum,
 )
@@ -191,3 +195,77 @@ def test_series_are_made_once_and_stamped_by_the_wall_clock() -> None:
     assert series.exemplars[1] == ("t2", 0.2, 30.0)  # the latest wins
     assert series.exemplars[5] == ("t3", 5.0, 30.0)
     assert series.sum == 5.4
+
+
+# -- series budget -----------------------------------------------------------------------------
+
+
+def test_counter_budget_folds_new_label_sets_into_other_and_counts_each_increment() -> None:
+    family = CounterFamily("c", "Doc.", ["service", "k"], lambda: 1.0, max_series=2, fold_labels={"service"})
+    family.cell(("a", "1")).inc(2)
+    family.cell(("b", "1")).inc()
+    folded = family.cell(("c", "1"))
+    folded.inc(5)
+    folded.inc(1)
+    family.cell(("d", "3")).inc()
+    assert family.cell(("a", "1")).inc() is None  # an own series stays own
+    values = {labels: cell.value for labels, cell in family._cells.items()}
+    assert values == {("a", "1"): 3.0, ("b", "1"): 1.0, ("other", "1"): 6.0, ("other", "3"): 1.0}
+    assert family.folded == 3  # increments, not amounts
+    assert len(family) == 4 and sum(values.values()) == 11.0
+
+
+def test_a_group_of_label_sets_is_made_together_or_folds_together() -> None:
+    family = CounterFamily("c", "Doc.", ["service", "k"], lambda: 1.0, max_series=3, fold_labels={"service"})
+    first = family.cells([("a", "1"), ("a", "3")])
+    second = family.cells([("b", "1"), ("b", "3")])  # one place left: both fold
+    assert all(isinstance(cell, CounterCell) for cell in first)
+    assert all(isinstance(cell, FoldedCell) for cell in second)
+    assert family.cells([("a", "3")]) == [first[1]]  # known label sets need no room
+    assert family.cells([("c", "1")])[0] is not second[0]  # one place left: taken
+    histogram = HistogramFamily("h", "Doc.", ["service", "k"], BOUNDS, lambda: 1.0, max_series=1, fold_labels={"service"})
+    own, *folded = histogram.series_group([("a", "1")]) + histogram.series_group([("b", "1"), ("b", "3")])
+    assert isinstance(own, HistogramSeries) and all(isinstance(s, FoldedSeries) for s in folded)
+
+
+def test_histogram_budget_adds_folded_values_to_other_exactly() -> None:
+    family = HistogramFamily("h", "Doc.", ["service", "stage"], BOUNDS, lambda: 1.0, max_series=1, fold_labels={"service"})
+    family.add(family.series(("a", "total")), [0.2, 3.0], ["t1", "t2"], 2.0)
+    folded = family.series(("b", "total"))
+    family.add(folded, [0.2, 0.3, 0.4], ["t3", "t4", "t5"], 2.0)
+    family.add(family.series(("c", "total")), [0.05], None, 2.0)
+    other = family._series[("other", "total")]
+    assert (other.counts, other.sum) == ([1, 1, 2, 0, 0, 0], 0.2 + 0.3 + 0.4 + 0.05)
+    assert family.folded == 4
+    assert sum(sum(s.counts) for s in family._series.values()) == 6
+    text = generate_latest(_registry(SeriesCollector([family], lambda: None))).decode()
+    assert 'h_count{service="other",stage="total"} 4.0' in text and 'h_count{service="a",stage="total"} 2.0' in text
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["x", "y"]), st.floats(0, 10)), max_size=60), st.integers(0, 6))
+def test_budget_keeps_totals_exact_and_series_bounded(increments: list[tuple[int, str, float]], budget: int) -> None:
+    family = CounterFamily("c", "Doc.", ["service", "kind"], lambda: 1.0, max_series=budget, fold_labels={"service"})
+    for service, kind, amount in increments:
+        family.cell((f"s{service}", kind)).inc(amount)
+    values = {labels: cell.value for labels, cell in family._cells.items()}
+    own = [labels for labels in values if labels[0] != "other"]
+    assert len(own) <= budget and len(values) <= budget + 2
+    for kind in ("x", "y"):
+        want = running_sum(0.0, [a for _, k, a in increments if k == kind])
+        assert math.isclose(sum(v for labels, v in values.items() if labels[1] == kind), want, rel_tol=1e-9, abs_tol=1e-9)
+    first_seen = list(dict.fromkeys((f"s{s}", k) for s, k, _ in increments))
+    assert family.folded == sum(1 for s, k, _ in increments if (f"s{s}", k) not in first_seen[:budget])
+
+
+def test_collected_families_are_copies_built_on_first_read() -> None:
+    family = HistogramFamily("h", "Doc.", ["x"], BOUNDS, lambda: 1.0)
+    counter = CounterFamily("c", "Doc.", ["x"], lambda: 1.0)
+    series = family.series(("a",))
+    family.add(series, [0.3], ["t1"], 2.0)
+    counter.cell(("a",)).inc()
+    collected = [family.collect(), counter.collect()]
+    family.add(series, [0.3, 0.3], ["t2", "t3"], 2.0)  # after the collect: not in it
+    counter.cell(("a",)).inc()
+    assert [s.value for s in collected[0].samples if s.name == "h_count"] == [1.0]
+    assert [s.value for s in collected[1].samples if s.name == "c_total"] == [1.0]

@@ -408,3 +408,34 @@ def test_observe_many_equals_observe() -> None:
 def test_bad_configuration_raises(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         WindowStore(**kwargs)  # type: ignore[arg-type]
+
+
+def test_observations_a_caller_folded_are_counted_as_folded() -> None:
+    store: WindowStore[tuple[str]] = WindowStore((10.0,), quantiles=QS)
+    assert store.observe(("other",), 1.0, 0.0, folded=True) is Outcome.FOLDED
+    assert store.observe_many(("other",), [1.0, 2.0], 0.0, folded=True) is Outcome.FOLDED  # one at a time
+    assert store.observe_many(("other",), [1.0] * 40, 0.0, folded=True) is Outcome.FOLDED  # numpy
+    assert store.observe_many(("own",), [1.0] * 40, 0.0) is Outcome.ACCEPTED
+    assert store.discards()["folded"] == store.stats().folded == 43
+    assert {r.key: r.samples for r in store.read(0.0)} == {("other",): 43, ("own",): 40}
+
+
+@pytest.mark.parametrize("quantiles", [(), QS])
+def test_a_snapshot_reads_as_the_store_did_whatever_it_takes_afterwards(quantiles: tuple[float, ...]) -> None:
+    """What a snapshot holds is never changed by later observations: into the open bucket, into
+    a closed one (late), or into a new bucket (which compacts the others)."""
+    taken: WindowStore[tuple[str]] = WindowStore((10.0, 60.0), buckets=5, quantiles=quantiles)
+    frozen: WindowStore[tuple[str]] = WindowStore((10.0, 60.0), buckets=5, quantiles=quantiles)
+    rng = np.random.default_rng(3)
+    for t in np.arange(0.0, 30.0, 0.5).tolist():
+        values = rng.lognormal(size=int(rng.integers(1, 40))).tolist()
+        for store in (taken, frozen):
+            store.observe_many(("j",), values, t)
+    now = 29.5
+    snapshot = taken.snapshot(now)
+    want = [(r.window, r.samples, r.mean, dict(r.quantiles)) for r in frozen.read(now)]
+    for value, t in ((7.0, 29.9), (9.0, 21.0), (11.0, 1.0), (13.0, 30.0), (15.0, 45.0)):
+        taken.observe(("j",), value, t)  # open bucket, closed ones (late), then new buckets
+        taken.observe_many(("j",), [value] * 40, t)
+    assert [(r.window, r.samples, r.mean, dict(r.quantiles)) for r in snapshot.read()] == want
+    assert [r.samples for r in taken.read(now)] != [r.samples for r in snapshot.read()]

@@ -179,6 +179,11 @@ class QuantileSketch:
         return self._map.key_max - self._map.key_min + 2
 
     @property
+    def compacted(self) -> bool:
+        """Whether every bin is in the compact arrays (then ``compact`` changes nothing)."""
+        return not self._bins
+
+    @property
     def bin_count(self) -> int:
         """Bins in use, the zero bin included."""
         self.compact()

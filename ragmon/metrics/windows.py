@@ -52,6 +52,7 @@ __all__ = [
     "RollingMean",
     "RollingQuantiles",
     "WindowReading",
+    "WindowSnapshot",
     "WindowStats",
     "WindowStore",
     "bucket_index",
@@ -69,6 +70,8 @@ DEFAULT_QUANTILES = (0.5, 0.95, 0.99)
 
 _NEVER = -(1 << 62)
 """Bucket index of a slot that holds nothing."""
+_EMPTY = 1 << 62
+"""``_Ring._low`` of a ring that holds nothing."""
 _LARGEST = 1.7976931348623157e308
 _BULK_MIN = (8, 32)
 """``WindowStore.observe_many`` takes lists shorter than this one value at a time (mean store,
@@ -96,7 +99,7 @@ def _check_finite(values: npt.NDArray[np.float64]) -> None:
 class _Ring:
     """R slots, slot b mod R holding bucket b; the shared bookkeeping of both windows."""
 
-    __slots__ = ("_index", "buckets", "width", "window")
+    __slots__ = ("_index", "_low", "_top", "buckets", "width", "window")
 
     def __init__(self, window: float, buckets: int) -> None:
         if not 0.0 < window < math.inf:
@@ -107,6 +110,10 @@ class _Ring:
         self.buckets = buckets
         self.width = self.window / buckets
         self._index = [_NEVER] * buckets
+        self._low = _EMPTY
+        """Lowest bucket held (``_EMPTY`` when none): ``_expire`` has nothing to do below it."""
+        self._top = _NEVER
+        """Newest bucket ever opened: the open one; older buckets are closed."""
 
     def _clear(self, slot: int) -> None:
         """Free the data of ``slot``."""
@@ -123,21 +130,31 @@ class _Ring:
             return -1
         self._expire(b)
         self._index[slot] = b
+        if b < self._low:
+            self._low = b
+        if b > self._top:
+            self._top = b
         return slot
 
     def _expire(self, b: int) -> None:
         """Free every slot whose bucket is out of the window that ends in bucket ``b``."""
         oldest = b - self.buckets
+        if self._low > oldest:
+            return
+        low = _EMPTY
         for slot, index in enumerate(self._index):
             if _NEVER < index <= oldest:
                 self._index[slot] = _NEVER
                 self._clear(slot)
+            elif _NEVER < index < low:
+                low = index
+        self._low = low
 
     def _live(self, now: float) -> list[int]:
         """Slots counted at ``now``: b(now) − R < b ≤ b(now). Frees expired slots."""
         b = bucket_index(now, self.width)
         self._expire(b)
-        return [s for s, index in enumerate(self._index) if b - self.buckets < index <= b]
+        return _live_slots(self._index, b, self.buckets)
 
     def covers(self, t: float, now: float) -> bool:
         """Whether an event at ``t`` still counts at ``now`` (or lies after it)."""
@@ -146,6 +163,45 @@ class _Ring:
     def buckets_in_use(self) -> int:
         """Slots holding a bucket (at most ``buckets``)."""
         return sum(1 for index in self._index if index != _NEVER)
+
+
+def _live_slots(index: Sequence[int], b: int, buckets: int) -> list[int]:
+    """Slots whose bucket counts in the window ending in bucket ``b``: b − R < index ≤ b."""
+    return [s for s, i in enumerate(index) if b - buckets < i <= b]
+
+
+@dataclass(frozen=True, slots=True)
+class _MeanState:
+    """A ``RollingMean``'s buckets copied at a read: what ``summary`` needs, detached."""
+
+    window: float
+    width: float
+    buckets: int
+    index: tuple[int, ...]
+    count: tuple[int, ...]
+    sum: tuple[float, ...]
+
+    def summary(self, now: float) -> tuple[int, float]:
+        """``(n, Σx)`` over the window at ``now``."""
+        live = _live_slots(self.index, bucket_index(now, self.width), self.buckets)
+        return sum(self.count[s] for s in live), math.fsum(self.sum[s] for s in live)
+
+
+@dataclass(frozen=True, slots=True)
+class _QuantileState:
+    """A ``RollingQuantiles``' buckets at a read: sketches no one changes afterwards."""
+
+    window: float
+    width: float
+    buckets: int
+    relative_accuracy: float
+    index: tuple[int, ...]
+    sketches: tuple[QuantileSketch | None, ...]
+
+    def sketch(self, now: float) -> QuantileSketch:
+        """A new sketch: the merge of the buckets in the window at ``now``."""
+        live = [self.sketches[s] for s in _live_slots(self.index, bucket_index(now, self.width), self.buckets)]
+        return QuantileSketch.merged((s for s in live if s is not None), self.relative_accuracy)
 
 
 class RollingMean(_Ring):
@@ -200,6 +256,13 @@ class RollingMean(_Ring):
         live = self._live(now)
         return sum(self._count[s] for s in live), math.fsum(self._sum[s] for s in live)
 
+    def state(self, now: float) -> _MeanState:
+        """Free the buckets that left the window at ``now``; a detached copy of the rest."""
+        self._expire(bucket_index(now, self.width))
+        return _MeanState(
+            self.window, self.width, self.buckets, tuple(self._index), tuple(self._count), tuple(self._sum)
+        )
+
     def samples(self, now: float) -> int:
         """n: observations in the window at ``now``."""
         return self.summary(now)[0]
@@ -239,6 +302,9 @@ class RollingQuantiles(_Ring):
                 if other is not None:
                     other.compact()
             sketch = self._sketches[slot] = QuantileSketch(self.relative_accuracy)
+        elif self._index[slot] != self._top and sketch.compacted:
+            # a closed bucket a ``state`` may share: change a copy, never the shared sketch
+            sketch = self._sketches[slot] = sketch.copy()
         return sketch
 
     def add(self, value: float, now: float) -> bool:
@@ -265,6 +331,18 @@ class RollingQuantiles(_Ring):
         """A new sketch: the merge of the buckets in the window at ``now``."""
         live = [self._sketches[slot] for slot in self._live(now)]
         return QuantileSketch.merged((s for s in live if s is not None), self.relative_accuracy)
+
+    def state(self, now: float) -> _QuantileState:
+        """Free the buckets that left the window at ``now``; the rest, detached: closed compact
+        sketches are shared (``_sketch_at`` copies before changing one), the open bucket's and
+        any with pending bins are copied."""
+        self._expire(bucket_index(now, self.width))
+        top = self._top
+        sketches = tuple(
+            None if sk is None else sk if index != top and sk.compacted else sk.copy()
+            for index, sk in zip(self._index, self._sketches)
+        )
+        return _QuantileState(self.window, self.width, self.buckets, self.relative_accuracy, tuple(self._index), sketches)
 
     def samples(self, now: float) -> int:
         """n: observations in the window at ``now``."""
@@ -342,8 +420,10 @@ class WindowStore(Generic[K]):
     goes to the series ``fold(key)`` (e.g. the same labels with ``service="other"``), which may
     be created while fewer than ``max_folded`` fold series exist; otherwise, or without
     ``fold``, it is dropped. So a store never holds more than ``max_series + max_folded``
-    series, each of ``len(windows) × buckets`` buckets. Every discard is counted in
-    ``stats()``. A folded key gets its own series once eviction makes room.
+    series, each of ``len(windows) × buckets`` buckets. Every discard and fold is counted in
+    ``stats()`` (with the observations a caller marks ``folded``: those it sent to a fold
+    series itself). A folded key gets its own series once eviction makes room. ragmon keeps
+    one store per gauge family, so ``max_series`` is that family's series budget.
 
     Eviction. A series with no observation left in any window (its newest one is out of every
     window: ``not ring.covers(last, now)``) is removed on each ``read`` and, when a new key
@@ -401,8 +481,12 @@ class WindowStore(Generic[K]):
             return False
         return all(math.floor(t0 / w) == math.floor(t1 / w) for w in self._widths)
 
-    def observe(self, key: K, value: float, now: float) -> Outcome:
-        """Add one observation of series ``key`` at ``now``."""
+    def observe(self, key: K, value: float, now: float, *, folded: bool = False) -> Outcome:
+        """Add one observation of series ``key`` at ``now``.
+
+        ``folded``: ``key`` is already a fold series chosen by the caller (whose own budget was
+        full); the observation is counted as folded (``Outcome.FOLDED``).
+        """
         if not self._lower <= value <= _LARGEST:
             self._counts["invalid"] += 1
             return Outcome.INVALID
@@ -413,20 +497,21 @@ class WindowStore(Generic[K]):
         stored = False
         for ring in series.rings:
             stored = ring.add(value, now) or stored
-        return self._settle(series, outcome, now, stored, 1)
+        return self._settle(series, Outcome.FOLDED if folded else outcome, now, stored, 1)
 
-    def observe_many(self, key: K, values: Values, now: float) -> Outcome:
+    def observe_many(self, key: K, values: Values, now: float, *, folded: bool = False) -> Outcome:
         """Add several observations of series ``key`` at the same ``now`` (the fast path).
 
         Same series, counts, sums and sketch bins as ``observe`` on each value in turn (only a
         sketch's own sum, unused by reads' quantiles, may round differently). Invalid values
         are counted and skipped; the outcome is that of the valid ones. A short list goes
-        through ``observe`` (cheaper than numpy below ``_BULK_MIN`` values).
+        through ``observe`` (cheaper than numpy below ``_BULK_MIN`` values). ``folded`` as for
+        ``observe``.
         """
         if isinstance(values, list) and len(values) < self._bulk_min:
             outcome = Outcome.INVALID if values else Outcome.ACCEPTED
             for value in values:
-                one = self.observe(key, value, now)
+                one = self.observe(key, value, now, folded=folded)
                 if one is not Outcome.INVALID:
                     outcome = one
             return outcome
@@ -446,7 +531,7 @@ class WindowStore(Generic[K]):
         stored = False
         for ring in series.rings:
             stored = ring._add_checked(x, now) or stored
-        return self._settle(series, outcome, now, stored, int(x.size))
+        return self._settle(series, Outcome.FOLDED if folded else outcome, now, stored, int(x.size))
 
     def _settle(
         self, series: _Series, outcome: Outcome, now: float, stored: bool, n: int
@@ -504,23 +589,21 @@ class WindowStore(Generic[K]):
 
     def read(self, now: float) -> list[WindowReading[K]]:
         """Evict, then one reading per live series and window (windows in configured order)."""
-        self.evict(now)
-        return [
-            self._reading(key, ring, now)
-            for key, series in self._series.items()
-            for ring in series.rings
-        ]
+        return self.snapshot(now).read()
 
-    def _reading(self, key: K, ring: _Rolling, now: float) -> WindowReading[K]:
-        if isinstance(ring, RollingMean):
-            n, total = ring.summary(now)
-            return WindowReading(key, ring.window, n, total / n if n else None)
-        sketch = ring.sketch(now)
-        n = sketch.count
-        if n == 0:
-            return WindowReading(key, ring.window, 0, None)
-        values = sketch.quantiles(self.quantiles)
-        return WindowReading(key, ring.window, n, sketch.sum / n, dict(zip(self.quantiles, values)))
+    def snapshot(self, now: float) -> WindowSnapshot[K]:
+        """Evict, then a detached copy of every live series' buckets at ``now`` (a few list
+        copies per series): ``read()`` it later or elsewhere, e.g. in a worker thread, while
+        this store goes on taking observations."""
+        self.evict(now)
+        return WindowSnapshot(
+            now, self.quantiles, [(key, [ring.state(now) for ring in series.rings]) for key, series in self._series.items()]
+        )
+
+    def discards(self) -> dict[str, int]:
+        """Running totals of ``stats()`` (folded, dropped, invalid, late, evicted), without its
+        walk over every bucket."""
+        return dict(self._counts)
 
     def stats(self) -> WindowStats:
         """Series and buckets held now; totals of discarded observations and evicted series."""
@@ -535,6 +618,33 @@ class WindowStore(Generic[K]):
             late=c["late"],
             evicted=c["evicted"],
         )
+
+
+class WindowSnapshot(Generic[K]):
+    """A ``WindowStore``'s series as they were at ``now``; nothing in it changes afterwards."""
+
+    def __init__(
+        self, now: float, quantiles: tuple[float, ...], series: list[tuple[K, list[_MeanState | _QuantileState]]]
+    ) -> None:
+        self.now = now
+        self._quantiles = quantiles
+        self._series = series
+
+    def read(self) -> list[WindowReading[K]]:
+        """One reading per series and window (windows in configured order), as ``WindowStore.read``."""
+        return [self._reading(key, state) for key, states in self._series for state in states]
+
+    def _reading(self, key: K, state: _MeanState | _QuantileState) -> WindowReading[K]:
+        now = self.now
+        if isinstance(state, _MeanState):
+            n, total = state.summary(now)
+            return WindowReading(key, state.window, n, total / n if n else None)
+        sketch = state.sketch(now)
+        n = sketch.count
+        if n == 0:
+            return WindowReading(key, state.window, 0, None)
+        values = sketch.quantiles(self._quantiles)
+        return WindowReading(key, state.window, n, sketch.sum / n, dict(zip(self._quantiles, values)))
 
 
 def _check_windows(windows: Sequence[float]) -> tuple[float, ...]:

@@ -1,0 +1,241 @@
+"""The metrics server: the bearer token on /metrics and the status page, the scrape's output
+(the encoders' own, per Accept and Accept-Encoding), and ingest and health answering while a
+big scrape renders."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import re
+import socket
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from otel_helpers import record_spans, to_protobuf
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from opentelemetry.trace import Tracer
+from server_helpers import LoopThread, call_soon, post, sidecar_thread
+from test_metrics_bounds import _observe_all
+from test_sidecar import FakeClock
+
+from ragmon.app import Sidecar
+from ragmon.config import Config, MetricsConfig, ReceiverConfig
+from ragmon.exporter import RagMetrics, gzip_accepted, scrape
+
+TOKEN = "s3cret-token"
+
+
+def _get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def _raw_status(port: int, request: bytes) -> int:
+    """The status code of a hand-written HTTP/1.1 request (any header bytes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request)
+        reply = b""
+        while b"\r\n" not in reply:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return int(reply.split(b" ", 2)[1])
+
+
+@pytest.fixture
+def guarded() -> Iterator[Sidecar]:
+    config = Config(
+        receiver=ReceiverConfig(http="", grpc=""), metrics=MetricsConfig(listen="127.0.0.1:0", token=TOKEN)
+    )
+    with sidecar_thread(config, FakeClock()) as (car, _):
+        yield car
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/"])
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "", f"Basic {TOKEN}", "Bearer wrong", f"Bearer {TOKEN}x", f"Bearer{TOKEN}", TOKEN, "Bearer"],
+)
+def test_metrics_and_status_page_refuse_a_missing_or_wrong_token(
+    guarded: Sidecar, path: str, authorization: str | None
+) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    status, response_headers, body = _get(guarded.ports.metrics or 0, path, headers)
+    assert status == 401
+    assert response_headers.get("WWW-Authenticate") == "Bearer"
+    assert b"ragmon_" not in body
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/"])
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
+def test_the_token_opens_metrics_and_status_page_whatever_the_schemes_case(guarded: Sidecar, path: str, scheme: str) -> None:
+    status, _, body = _get(guarded.ports.metrics or 0, path, {"Authorization": f"{scheme} {TOKEN}"})
+    assert status == 200
+    assert (b"ragmon_build_info" if path == "/metrics" else b"<h1>ragmon</h1>") in body
+
+
+def test_health_probes_need_no_token(guarded: Sidecar) -> None:
+    for path, want in (("/healthz", b"ok\n"), ("/readyz", b"ready\n")):
+        status, _, body = _get(guarded.ports.metrics or 0, path)
+        assert (status, body) == (200, want)
+
+
+def test_a_non_utf8_authorization_header_is_refused_not_an_error(guarded: Sidecar) -> None:
+    port = guarded.ports.metrics or 0
+    for path in (b"/metrics", b"/"):
+        for value in (b"Bearer \xff\xfe\xfd", b"\xc3\x28 " + TOKEN.encode(), b"Bearer " + TOKEN.encode() + b"\xff"):
+            request = b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nAuthorization: " + value + b"\r\nConnection: close\r\n\r\n"
+            assert _raw_status(port, request) == 401
+    ok = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\nConnection: close\r\n\r\n"
+    assert _raw_status(port, ok) == 200
+
+
+# -- the scrape's bytes ---------------------------------------------------------------------
+
+
+def _filled_registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=True)
+    metrics = RagMetrics(registry, ks=(1, 3), windows=(300.0, 3600.0), max_label_values=10, clock=lambda: 10.0, max_series=5)
+    _observe_all(metrics, [(f"s{a}", f"v{b}", "m") for a in range(4) for b in range(3)])  # some fold: budget 5
+    return registry
+
+
+@pytest.mark.parametrize(
+    "accept",
+    ["", "text/plain;version=0.0.4;q=0.5,*/*;q=0.1", "application/openmetrics-text; version=1.0.0; charset=utf-8"],
+)
+def test_scrape_writes_what_the_encoders_write_for_the_registry(accept: str) -> None:
+    registry = _filled_registry()
+    generate_latest(registry)  # fold in what is buffered: from now on every scrape is the same
+    encode, content_type = choose_encoder(accept)  # what /metrics called on the registry before
+    want = encode(registry)
+    assert want.startswith(b"# HELP")
+    body, headers = asyncio.run(scrape(registry, accept, ""))
+    assert (body, headers) == (want, {"Content-Type": content_type})
+    assert b'ragmon_traces_total{service="other",variant="other"}' in body
+    if "openmetrics" in accept:
+        assert want == generate_openmetrics(registry) and b"# {trace_id=" in body
+    zipped, headers = asyncio.run(scrape(registry, accept, "deflate, gzip;q=0.8"))
+    assert headers == {"Content-Type": content_type, "Content-Encoding": "gzip"}
+    assert gzip.decompress(zipped) == want
+
+
+def test_gzip_accepted_reads_the_header() -> None:
+    assert gzip_accepted("gzip") and gzip_accepted("br, GZIP;q=0.5") and gzip_accepted("gzip;q=1")
+    assert not gzip_accepted("") and not gzip_accepted("gzip;q=0") and not gzip_accepted("deflate, br")
+
+
+def test_metrics_endpoint_negotiates_format_and_compression() -> None:
+    config = Config(receiver=ReceiverConfig(http="", grpc=""), metrics=MetricsConfig(listen="127.0.0.1:0"))
+    with sidecar_thread(config, FakeClock()) as (car, _):
+        port = car.ports.metrics or 0
+        status, headers, body = _get(port, "/metrics", {"Accept-Encoding": "gzip"})
+        assert (status, headers["Content-Encoding"], headers["Content-Type"]) == (200, "gzip", CONTENT_TYPE_PLAIN_0_0_4)
+        assert b"ragmon_build_info" in gzip.decompress(body)
+        status, headers, body = _get(port, "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0"})
+        assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+        assert "Content-Encoding" not in headers
+        assert body.endswith(b"# EOF\n")
+
+
+# -- a big scrape does not stop the loop --------------------------------------------------------
+
+
+def _spans_body() -> bytes:
+    def build(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("rag") as root:
+            root.set_attribute("openinference.span.kind", "CHAIN")
+
+    return to_protobuf(record_spans(build))
+
+
+def _latencies(port: int, http: int, body: bytes, until: threading.Event, out: list[float]) -> None:
+    """Alternate /healthz and OTLP posts until ``until`` is set; each one's seconds in ``out``."""
+    while not until.is_set():
+        start = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=60) as response:
+            assert response.status == 200
+        status, _, _ = post(f"http://127.0.0.1:{http}/v1/traces", body, {"Content-Type": "application/x-protobuf"})
+        assert status == 200
+        out.append(time.perf_counter() - start)
+
+
+def test_ingest_and_health_answer_while_a_big_scrape_renders() -> None:
+    """100 services × 100 variants at the default budget: a scrape of ~10 MB and ~2 s. While it
+    renders, /healthz and OTLP posts keep being answered: the loop is held for at most a
+    fraction of the scrape (one family's copy, or a GC pass), not for its whole render."""
+    config = Config(receiver=ReceiverConfig(http="127.0.0.1:0", grpc=""), metrics=MetricsConfig(listen="127.0.0.1:0", max_label_values=100))
+    with sidecar_thread(config, FakeClock()) as (car, loop):
+        call_soon(loop, lambda: _observe_all(car.metrics, [(f"svc{a}", f"v{b}", "m") for a in range(100) for b in range(100)]))
+        port, http, body = car.ports.metrics or 0, car.ports.http or 0, _spans_body()
+        idle: list[float] = []
+        quiet = threading.Event()
+        threading.Timer(1.0, quiet.set).start()
+        _latencies(port, http, body, quiet, idle)
+
+        busy: list[float] = []
+        done = threading.Event()
+        client = threading.Thread(target=_latencies, args=(port, http, body, done, busy))
+        client.start()
+        renders = []
+        for _ in range(2):
+            start = time.perf_counter()
+            status, _, text = _get(port, "/metrics")
+            renders.append(time.perf_counter() - start)
+            assert status == 200 and len(text) > 5_000_000
+        done.set()
+        client.join()
+    render = min(renders)
+    worst, p99 = max(busy), sorted(busy)[int(0.99 * (len(busy) - 1))]
+    print(f"render {render:.2f} s; idle p50 {statistics.median(idle) * 1e3:.1f} ms; "
+          f"during scrapes n={len(busy)} p50 {statistics.median(busy) * 1e3:.1f} p99 {p99 * 1e3:.1f} max {worst * 1e3:.1f} ms")
+    assert render > 0.5  # big enough that a scrape holding the loop would show
+    assert len(busy) >= 10
+    assert worst < 0.5 * render
+
+
+def test_scrape_rendering_moves_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Families are collected on the loop one at a time; the encoding runs in another thread."""
+    registry = _filled_registry()
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    real = generate_latest
+
+    def spy(collector: object) -> bytes:
+        seen.append(threading.get_ident())
+        return real(collector)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("prometheus_client.exposition.generate_latest", spy)
+
+    async def run() -> tuple[bytes, int]:
+        ticks = 0
+        done = False
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(tick())
+        body, _ = await scrape(registry, "", "")
+        done = True
+        await task
+        return body, ticks
+
+    body, ticks = asyncio.run(run())
+    assert seen and loop_thread not in seen
+    families = len(re.findall(rb"^# TYPE ", body, flags=re.MULTILINE))
+    assert ticks >= families  # the loop ran between families
