@@ -10,32 +10,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import gc
-import hmac
 import html
 import logging
 import os
+import resource
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from ragmon import __version__
 from ragmon.assembly import TraceAssembler
+from ragmon.auth import bearer_token_matches
 from ragmon.config import Config, parse_duration, parse_listen
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
-from ragmon.exporter import RagMetrics, StatsCollector, self_metrics
+from ragmon.exporter import RagMetrics, StatsCollector, scrape, self_metrics
 from ragmon.judge.stage import JudgeStage
+from ragmon.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
 from ragmon.model import RagRecord
 from ragmon.relevance import Qrels, read_qrels
 from ragmon.pipeline import Pipeline
 from ragmon.pricing import Pricer
 from ragmon.probe import Probes
+from ragmon.ratelog import RateLimitedLog, held_back
 from ragmon.scoring import RecordScores, score_record
 from ragmon.receivers import otlp_grpc, otlp_http
 from ragmon.receivers.ingest import IngestStats, ReceiverSettings
@@ -43,6 +47,58 @@ from ragmon.receivers.ingest import IngestStats, ReceiverSettings
 __all__ = ["Sidecar", "run"]
 
 log = logging.getLogger("ragmon")
+
+
+SHUTDOWN_GRACE = 1.0
+"""Seconds OTLP requests in flight at SIGTERM get to finish (then 503 ``shutting_down``)."""
+DRAIN_TIMEOUT = 10.0
+"""Seconds ``ragmon run`` gives the pipeline to score the traces it holds at SIGTERM."""
+JUDGE_WAIT = 5.0
+"""Seconds to wait for judgements in flight at shutdown."""
+CLOSE_TIMEOUT = 1.0
+"""Seconds a request in a metrics handler gets when the metrics server closes."""
+
+
+def shutdown_bound(linger: float) -> float:
+    """The longest ``ragmon run`` takes from SIGTERM to exit, in seconds: probes stop (1), the
+    OTLP listeners close (aiohttp waits its shutdown timeout twice: for handlers to finish,
+    then for them to be cancelled), the drain, the judge, the linger, the metrics server."""
+    listeners = max(2 * otlp_http.SHUTDOWN_TIMEOUT, SHUTDOWN_GRACE)
+    return 1.0 + listeners + DRAIN_TIMEOUT + JUDGE_WAIT + linger + 2 * CLOSE_TIMEOUT
+
+
+@dataclass
+class _Lifecycle:
+    """What ``Sidecar`` keeps to start and stop its listeners."""
+
+    listeners: ListenerStats = field(default_factory=ListenerStats)
+    log: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
+    http: otlp_http.HttpReceiver | None = None
+    grpc: grpc.aio.Server | None = None
+    metrics: Listener | None = None
+    caps: tuple[int, int] = (0, 0)
+    """Connection caps in force: each OTLP receiver's, the metrics server's."""
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the drain has finished: scrapes from then on read the final values."""
+    scraped: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when a ``/metrics`` scrape begun after the drain has been written out."""
+
+    def final_scrape_middleware(self) -> Any:
+        """Sets ``scraped`` once a ``/metrics`` answer begun after the drain is written out."""
+
+        @web.middleware
+        async def final_scrape(
+            request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+        ) -> web.StreamResponse:
+            after_drain = self.drained.is_set()
+            response = await handler(request)
+            if after_drain and request.path == "/metrics" and response.status == 200:
+                await response.prepare(request)
+                await response.write_eof()
+                self.scraped.set()
+            return response
+
+        return final_scrape
 
 
 @dataclass(slots=True)
@@ -76,6 +132,8 @@ class Sidecar:
             ks=cfg.scoring.k,
             windows=[parse_duration(w) for w in cfg.scoring.windows],
             max_label_values=cfg.metrics.max_label_values,
+            max_label_chars=cfg.metrics.max_label_chars,
+            max_series=cfg.metrics.max_series,
             clock=self.clock,
         )
         self.assembler = TraceAssembler.from_config(cfg.traces)
@@ -114,16 +172,30 @@ class Sidecar:
     # -- HTTP: /metrics, /healthz, /readyz, / ----------------------------------------------------
 
     def metrics_app(self) -> web.Application:
-        """The aiohttp app serving ``/metrics``, ``/healthz``, ``/readyz`` and the status page."""
+        """The aiohttp app serving ``/metrics``, ``/healthz``, ``/readyz`` and the status page.
+
+        ``metrics.token``, when set, is required as a bearer token on ``/metrics`` and ``/``;
+        ``/healthz`` and ``/readyz`` stay open (kubelet probes). A scrape collects on the loop
+        one family at a time and encodes in a worker thread; one scrape runs at a time.
+        """
         token = self.config.metrics.token
-        expected = f"Bearer {token}".encode() if token else None
+        scraping = asyncio.Lock()
+
+        def refused(request: web.Request) -> web.Response | None:
+            if not token or bearer_token_matches(request.headers.get("Authorization"), token):
+                return None
+            return web.Response(
+                status=401, text="missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"}
+            )
 
         async def metrics(request: web.Request) -> web.Response:
-            if expected is not None and not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
-                return web.Response(status=401, text="missing or wrong bearer token\n")
-            encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-            body = encoder(self.registry)
-            return web.Response(body=body, headers={"Content-Type": content_type})
+            if (refusal := refused(request)) is not None:
+                return refusal
+            async with scraping:
+                body, headers = await scrape(
+                    self.registry, request.headers.get("Accept", ""), request.headers.get("Accept-Encoding", "")
+                )
+            return web.Response(body=body, headers=headers)
 
         async def healthz(_: web.Request) -> web.Response:
             return web.Response(text="ok\n")
@@ -133,7 +205,9 @@ class Sidecar:
                 return web.Response(status=503, text="not running\n")
             return web.Response(text="ready\n")
 
-        async def status(_: web.Request) -> web.Response:
+        async def status(request: web.Request) -> web.Response:
+            if (refusal := refused(request)) is not None:
+                return refusal
             return web.Response(text=self.status_page(), content_type="text/html")
 
         app = web.Application()
@@ -174,16 +248,26 @@ class Sidecar:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    _life: _Lifecycle = field(default_factory=_Lifecycle, init=False, repr=False)
+    """Listeners, shutdown state and connection counters (set up by ``start``)."""
+
     async def _serve(self, app: web.Application, address: tuple[str, int]) -> int:
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, address[0], address[1]).start()
-        self._runners.append(runner)
-        return int(runner.addresses[0][1])
+        """Serve the metrics app behind ``metrics.max_connections`` and the receiver timeouts;
+        after the drain, a completed ``/metrics`` scrape ends the linger."""
+        cfg = self.config
+        app.middlewares.append(self._life.final_scrape_middleware())
+        limits = ListenerLimits.from_config(cfg.receiver, self._life.caps[1])
+        listener = Listener("metrics", app, limits, self._life.listeners, self._life.log, shutdown_timeout=CLOSE_TIMEOUT)
+        port = await listener.start(*address)
+        self._life.metrics = listener
+        return port
 
     async def start(self) -> None:
         """Start the worker, the receivers and the metrics server; log what was bound."""
         cfg = self.config
+        life = self._life
+        life.caps = connection_caps(cfg, _open_files_limit())
+        self.registry.register(StatsCollector(life.listeners.collect))
         await self.judge.start()
         log.info("judge: %s", self.judge.mode)
         self.worker = asyncio.create_task(self.pipeline.run(), name="ragmon-pipeline")
@@ -191,47 +275,124 @@ class Sidecar:
         if metrics_address is not None:
             self.ports.metrics = await self._serve(self.metrics_app(), metrics_address)
             log.info("metrics on %s:%d", metrics_address[0], self.ports.metrics)
+        limits = ListenerLimits.from_config(cfg.receiver, life.caps[0])
         http_address = parse_listen(cfg.receiver.http)
         if http_address is not None:
-            runner, port = await otlp_http.start(*http_address, self.receiver_settings, self.pipeline, self.ingest)
-            self._runners.append(runner)
-            self.ports.http = port
-            log.info("OTLP/HTTP on %s:%d", http_address[0], port)
+            life.http = await otlp_http.start(
+                *http_address, self.receiver_settings, self.pipeline, self.ingest,
+                limits=limits, listeners=life.listeners, log=life.log,
+            )
+            self.ports.http = life.http.port
+            log.info("OTLP/HTTP on %s:%d", http_address[0], life.http.port)
         grpc_address = parse_listen(cfg.receiver.grpc)
         if grpc_address is not None:
-            self._grpc, port = await otlp_grpc.start(*grpc_address, self.receiver_settings, self.pipeline, self.ingest)
+            life.grpc, port = await otlp_grpc.start(
+                *grpc_address, self.receiver_settings, self.pipeline, self.ingest, limits=limits, log=life.log,
+            )
             self.ports.grpc = port
             log.info("OTLP/gRPC on %s:%d", grpc_address[0], port)
         await self.probes.start()
         for prober in self.probes.probers:
             log.info("probe %s: %d queries every %s", prober.name, len(prober.queries), prober.interval)
 
-    async def stop(self, timeout: float = 30.0) -> None:
-        """Stop probing and accepting, let the worker score every trace held, then close the servers."""
-        await self.probes.stop(min(1.0, timeout))
+    async def stop_ingest(self, grace: float = SHUTDOWN_GRACE) -> None:
+        """Stop probing and accepting OTLP: listening sockets closed, new requests answered 503
+        ``shutting_down``; requests already in flight get ``grace`` seconds to finish."""
+        life = self._life
+        await self.probes.stop(min(1.0, grace))
+        if life.http is not None:
+            if life.http.listener is not None:
+                life.http.listener.stop_accepting()
+            life.http.begin_shutdown(grace)
+        closing = []
+        if life.grpc is not None:
+            closing.append(life.grpc.stop(grace))
+            life.grpc = None
+        if life.http is not None:
+            closing.append(life.http.close())
+            life.http = None
+        await asyncio.gather(*closing)
+
+    async def drain(self, timeout: float = DRAIN_TIMEOUT) -> None:
+        """Let the worker score every trace held (at most ``timeout`` seconds, logged if cut),
+        then wait briefly for judgements in flight."""
+        started = time.monotonic()
+        pending, scored = self.assembler.stats().traces_pending, self.pipeline.stats().records
         await self.pipeline.shutdown()
         if self.worker is not None and not self.worker.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self.worker), timeout)
             except TimeoutError:
-                log.error("the pipeline did not finish within %.0fs; stopping anyway", timeout)
+                left = self.assembler.stats().traces_pending
+                log.error("shutdown: the pipeline did not finish within %gs; %d trace(s) not scored", timeout, left)
                 self.worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self.worker
-        await self.judge.stop(min(5.0, timeout))  # "waits briefly for in-flight judgements"
-        if self._grpc is not None:
-            await self._grpc.stop(1.0)
-        for runner in reversed(self._runners):
-            await runner.cleanup()
-        self._runners.clear()
+        await self.judge.stop(min(JUDGE_WAIT, timeout))  # "waits briefly for in-flight judgements"
+        self._life.drained.set()
+        log.info("shutdown: drained in %.1fs (%d trace(s) were held; %d scored)",
+                 time.monotonic() - started, pending, self.pipeline.stats().records - scored)
+
+    async def linger(self, seconds: float, cut: asyncio.Event | None = None) -> bool:
+        """After ``drain``: keep serving ``/metrics`` until one scrape has read the final values
+        (True), ``seconds`` pass or ``cut`` is set (False)."""
+        life = self._life
+        if seconds <= 0 or life.metrics is None:
+            return False
+        waits = {asyncio.ensure_future(life.scraped.wait())}
+        if cut is not None:
+            waits.add(asyncio.ensure_future(cut.wait()))
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
+        return life.scraped.is_set()
+
+    async def close(self) -> None:
+        """Close the metrics server (requests in a handler get ``CLOSE_TIMEOUT``)."""
+        if self._life.metrics is not None:
+            await self._life.metrics.close()
+            self._life.metrics = None
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stop probing and accepting, let the worker score every trace held, then close the
+        metrics server (no linger: ``ragmon run`` adds it)."""
+        await self.stop_ingest(min(SHUTDOWN_GRACE, timeout))
+        await self.drain(timeout)
+        await self.close()
+
+
+_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _on_loop_error(limiter: RateLimitedLog) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """An asyncio exception handler that logs each kind of error at most once per interval
+    (out of file descriptors, asyncio would log every failed ``accept``)."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message") or "unhandled error in the event loop")
+        held = limiter.admit(f"asyncio: {message}")
+        if held is None:
+            return
+        error = context.get("exception")
+        if isinstance(error, OSError) and error.errno in _RESOURCE_ERRORS:  # no traceback: not a bug
+            log.error("%s: %s%s", message, error, held_back(held))
+        else:
+            loop.default_exception_handler({**context, "message": message + held_back(held)})
+
+    return handle
 
 
 async def _run(config: Config) -> int:
-    stopping = asyncio.Event()
+    stopping, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        (hurry if stopping.is_set() else stopping).set()  # a second signal cuts the linger
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(sig, on_signal)
     sidecar = Sidecar(config)
+    loop.set_exception_handler(_on_loop_error(RateLimitedLog(log)))
     try:
         await sidecar.start()
     except BaseException:
@@ -247,9 +408,66 @@ async def _run(config: Config) -> int:
         log.error("the pipeline stopped unexpectedly: %r", error)
         await sidecar.stop()
         return 1
-    log.info("stopping: finishing the traces held")
-    await sidecar.stop()
+    started = loop.time()
+    linger = parse_duration(config.metrics.linger)
+    log.info("stopping: no new requests; finishing the traces held (at most %.0fs)", shutdown_bound(linger))
+    await sidecar.stop_ingest()
+    await sidecar.drain(DRAIN_TIMEOUT)
+    if linger > 0 and sidecar.ports.metrics is not None:
+        log.info("shutdown: /metrics answers until a scrape has read the final values (at most %gs)", linger)
+        scraped = await sidecar.linger(linger, hurry)
+        log.info("shutdown: %s", "final values scraped" if scraped else "no scrape came; not waiting longer")
+    await sidecar.close()
+    log.info("stopped in %.1fs", loop.time() - started)
     return 0
+
+
+RESERVED_FILES = 2 * BACKLOG + 128
+"""Open files kept out of the connection caps' reach: an accept burst on each aiohttp listener
+(asyncio accepts up to the backlog before a refused or evicted connection is closed), logs,
+sockets to the judge, files."""
+
+
+_NR_OPEN = 1 << 20
+"""Linux's default ceiling on open files per process (``fs.nr_open``)."""
+
+
+def _open_files_limit() -> int | None:
+    """The soft limit on open files; None when unlimited or unknown."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def connection_caps(config: Config, open_files: int | None) -> tuple[int, int]:
+    """The connection caps of each OTLP receiver and of the metrics server: the configured
+    ones, lowered (with a warning) when together they could use up ``open_files`` and leave
+    /healthz unable to accept."""
+    receiver, metrics = config.receiver.max_connections, config.metrics.max_connections
+    if open_files is None or 2 * receiver + metrics + RESERVED_FILES <= open_files:
+        return receiver, metrics
+    room = max(open_files - RESERVED_FILES, 48)
+    metrics_cap = min(metrics, max(16, room // 8))
+    receiver_cap = min(receiver, max(16, (room - metrics_cap) // 2))
+    log.warning(
+        "the open-file limit (%d) is too low for receiver.max_connections = %d and "
+        "metrics.max_connections = %d: using %d and %d (raise the limit: ulimit -n)",
+        open_files, receiver, metrics, receiver_cap, metrics_cap)
+    return receiver_cap, metrics_cap
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit on open files to the hard limit (connections are files); log it."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = _NR_OPEN if hard == resource.RLIM_INFINITY else hard  # the kernel caps "unlimited"
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open-file limit: %s", exc)
+        return
+    now = _open_files_limit()
+    shown = "unlimited" if now is None else str(now)
+    log.info("open-file limit %s", shown if now == soft else f"raised from {soft} to {shown}")
 
 
 GC_YOUNG_THRESHOLD = 50_000
@@ -270,4 +488,5 @@ def tune_gc() -> None:
 def run(config: Config) -> int:
     """``ragmon run``: serve until SIGTERM or SIGINT; returns the exit code."""
     tune_gc()
+    raise_open_files_limit()
     return asyncio.run(_run(config))

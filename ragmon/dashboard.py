@@ -349,6 +349,13 @@ def _ragmon() -> list[Panel]:
         (_rate("ragmon_spans_late_total"), "late spans"),
         (_rate("ragmon_label_values_folded_total", "label"), "folded {{label}}"),
         (_rate("ragmon_attributes_truncated_total", "protocol"), "truncated {{protocol}}"),
+        (_rate("ragmon_label_values_truncated_total", "label"), "label cut {{label}}"),
+        (_rate("ragmon_series_folded_total", "metric"), "over budget {{metric}}"),
+    ]
+    connections = [
+        (_per_replica("ragmon_connections_open", "instance, listener"), "{{instance}} open {{listener}}"),
+        (_rate("ragmon_connections_refused_total", "listener"), "refused / s {{listener}}"),
+        (_rate("ragmon_connections_closed_total", "listener, reason"), "closed / s {{listener}} {{reason}}"),
     ]
     held = [
         (_per_replica("ragmon_queue_spans"), "{{instance}} queued spans"),
@@ -371,7 +378,9 @@ def _ragmon() -> list[Panel]:
         _panel("Lost and refused / s", "Spans, requests, traces, judgements and window observations refused or dropped.",
                _NUMBER, lost),
         _panel("Late, folded, truncated / s", "Spans after their trace finished, label values folded into other, "
-               "attribute values cut.", _NUMBER, late, width=6),
+               "attribute and label values cut, observations over a family's series budget.", _NUMBER, late, width=6),
+        _panel("Connections", "Open connections per listener and replica; connections refused at the cap and "
+               "closed by ragmon (header timeout, evicted idle, malformed).", _NUMBER, connections, width=6),
         _panel("Queue and pending", "Ingest queue depth and capacity, spans and traces held by assembly, window "
                "series, per replica.", _NUMBER, held, width=6),
         _panel("Held bytes", "Approximate bytes queued for ingest and held by assembly, per replica.", _BYTES,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -15,9 +18,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_helpers import to_protobuf
+from net_helpers import closed_by_peer, has_traceback, problem_lines
 from server_helpers import LoopThread
 from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 
+from ragmon.listeners import ListenerLimits
 from ragmon.receivers import otlp_grpc
 from ragmon.receivers.ingest import IngestStats
 from ragmon.receivers.ingest import ReceiverSettings
@@ -32,10 +37,10 @@ def loop() -> Iterator[LoopThread]:
     thread.close()
 
 
-def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20) -> Iterator[Receiver]:
+def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20, limits: ListenerLimits | None = None) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
     settings = ReceiverSettings(SELECTION, max_body, token)
-    server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats))
+    server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats, limits=limits))
     try:
         yield Receiver(f"127.0.0.1:{port}", sink, stats)
     finally:
@@ -109,3 +114,49 @@ def test_overload_is_unavailable_with_retry_info_and_the_exporter_retries(receiv
     exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, timeout=30)
     assert exporter.export(SPANS) == SpanExportResult.SUCCESS
     assert receiver.sink.offers == 3 and len(receiver.sink.spans) == 2
+
+
+def test_the_bearer_scheme_ignores_case_and_bad_tokens_log_one_line(loop: LoopThread, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    body = to_protobuf(SPANS)
+    for receiver in _start(loop, token="s3cret"):
+        ExportTraceServiceResponse.FromString(_call(receiver.url, body, (("authorization", "bearer s3cret"),)))
+        ExportTraceServiceResponse.FromString(_call(receiver.url, body, (("authorization", "BEARER   s3cret"),)))
+        for metadata in ((("authorization", "Basic s3cret"),), (("authorization", "Bearer wrong-token-value"),), ()):
+            for _ in range(10):
+                with pytest.raises(grpc.RpcError) as info:
+                    _call(receiver.url, body, metadata)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert receiver.stats.requests_rejected[("grpc", "unauthorized")] == 30
+        assert len(receiver.sink.spans) == 4
+    lines = problem_lines(caplog.records)
+    assert len(lines) == 1 and "unauthorized" in lines[0].getMessage() and "127.0.0.1" in lines[0].getMessage()
+    assert "wrong-token-value" not in caplog.text and not has_traceback(caplog.records)
+
+
+def test_connections_past_the_cap_are_closed_at_once_and_silent_ones_at_the_handshake_timeout(loop: LoopThread) -> None:
+    for receiver in _start(loop, limits=ListenerLimits(max_connections=4, header_timeout=1.0)):
+        host, port = receiver.url.split(":")
+        socks = [socket.create_connection((host, int(port))) for _ in range(5)]
+        try:
+            began = time.monotonic()
+            assert closed_by_peer(socks[4], 0.5)  # past the cap
+            assert not closed_by_peer(socks[0], 0.2)
+            assert closed_by_peer(socks[0], 3.0)  # sent no HTTP/2 preface within header_timeout
+            assert 0.8 < time.monotonic() - began < 2.5
+        finally:
+            for sock in socks:
+                sock.close()
+        exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, timeout=10)
+        assert exporter.export(SPANS) == SpanExportResult.SUCCESS  # room again
+
+
+def test_server_options_carry_the_limits() -> None:
+    settings = ReceiverSettings(SELECTION, 1 << 20)
+    limits = ListenerLimits(max_connections=7, header_timeout=2.5, idle_timeout=30.0, max_inflight_bytes=200 << 20)
+    options = dict(otlp_grpc.server_options(settings, limits))
+    assert options["grpc.max_allowed_incoming_connections"] == 7
+    assert options["grpc.server_handshake_timeout_ms"] == 2500
+    assert options["grpc.max_connection_idle_ms"] == 30000
+    assert otlp_grpc.concurrent_rpcs(settings, limits) == 200
+    assert otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 16 << 20), ListenerLimits()) == otlp_grpc.MIN_CONCURRENT_RPCS

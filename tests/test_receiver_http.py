@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
+import socket
+import time
+import tracemalloc
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -17,11 +22,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_helpers import record_spans, to_otlp_json, to_protobuf
+from net_helpers import exchange, has_traceback, problem_lines, read_all, status, wait_until
 from server_helpers import LoopThread, post
 
 from ragmon.decode import SpanSelection
 from ragmon.model import AttributeFilter, Span
+from ragmon.listeners import ListenerLimits
 from ragmon.receivers import otlp_http
+from ragmon.receivers.gunzip import TooLarge, gunzip
 from ragmon.receivers.ingest import IngestStats, ReceiverSettings
 
 SELECTION = SpanSelection(attributes=AttributeFilter(frozenset({"openinference.span.kind"})))
@@ -62,14 +70,14 @@ def _build(tracer):  # type: ignore[no-untyped-def]
 SPANS = record_spans(_build)
 
 
-def _start(loop: LoopThread, token: str = "", max_body: int = 4 << 20) -> Iterator[Receiver]:
+def _start(loop: LoopThread, token: str = "", max_body: int = 4 << 20, limits: ListenerLimits | None = None) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
     settings = ReceiverSettings(SELECTION, max_body, token)
-    runner, port = loop.run(otlp_http.start("127.0.0.1", 0, settings, sink, stats))
+    server = loop.run(otlp_http.start("127.0.0.1", 0, settings, sink, stats, limits=limits))
     try:
-        yield Receiver(f"http://127.0.0.1:{port}/v1/traces", sink, stats)
+        yield Receiver(f"http://127.0.0.1:{server.port}/v1/traces", sink, stats)
     finally:
-        loop.run(runner.cleanup())
+        loop.run(server.close())
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +197,177 @@ def test_large_body_over_real_tcp_is_read_whole(receiver: Receiver) -> None:
     status, _, _ = post(receiver.url, body, PB)
     assert status == 200
     assert len(receiver.sink.spans) == 500
+
+
+def _port(receiver: Receiver) -> int:
+    return int(receiver.url.split(":")[2].split("/")[0])
+
+
+def _head(length: int | None = None, extra: bytes = b"") -> bytes:
+    framing = b"Transfer-Encoding: chunked\r\n" if length is None else b"Content-Length: %d\r\n" % length
+    return b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n" + framing + extra + b"\r\n"
+
+
+def test_concatenated_gzip_members_are_all_decompressed(receiver: Receiver) -> None:
+    body = to_protobuf(SPANS)
+    half = len(body) // 2
+    members = gzip.compress(body[:half]) + gzip.compress(body[half:])
+    status_, _, _ = post(receiver.url, members, {**PB, "Content-Encoding": "gzip"})
+    assert status_ == 200
+    assert sorted(s.name for s in receiver.sink.spans) == ["ask", "retrieve"]
+
+
+def test_gzip_members_together_past_the_limit_get_413(loop: LoopThread) -> None:
+    for receiver in _start(loop, max_body=4096):
+        each = gzip.compress(b"\x00" * 3000)
+        status_, _, body = post(receiver.url, each + each, {**PB, "Content-Encoding": "gzip"})
+        assert status_ == 413 and "decompressed" in Status.FromString(body).message
+
+
+def test_bytes_after_the_last_gzip_member_get_400(receiver: Receiver) -> None:
+    status_, _, body = post(receiver.url, gzip.compress(to_protobuf(SPANS)) + b"trailing", {**PB, "Content-Encoding": "gzip"})
+    assert status_ == 400 and "after the last gzip member" in Status.FromString(body).message
+    assert receiver.sink.offers == 0
+
+
+def test_a_truncated_gzip_member_is_an_error() -> None:
+    whole = gzip.compress(b"a" * 1000) + gzip.compress(b"b" * 1000)
+    assert gunzip(whole, 2000) == b"a" * 1000 + b"b" * 1000
+    for cut in (1, 5, len(whole) // 2 + 3):
+        try:
+            gunzip(whole[:-cut], 2000)
+        except zlib.error:
+            continue
+        raise AssertionError(f"cut {cut} accepted")
+
+
+def _bomb(megabytes: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = b"\x00" * (1 << 20)
+    return b"".join([packer.compress(zeros) for _ in range(megabytes)] + [packer.flush()])
+
+
+def test_a_gzip_bomb_is_refused_without_inflating_past_the_limit(loop: LoopThread) -> None:
+    bomb = _bomb(256)  # 256 MB of zeros in ~250 KB
+    limit = 1 << 20
+    tracemalloc.start()
+    try:
+        gunzip(bomb, limit)
+    except TooLarge:
+        peak = tracemalloc.get_traced_memory()[1]
+    else:
+        raise AssertionError("the bomb was not refused")
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * limit, peak
+    for receiver in _start(loop, max_body=limit):
+        began = time.monotonic()
+        status_, _, body = post(receiver.url, bomb, {**PB, "Content-Encoding": "gzip"})
+        assert status_ == 413 and "decompressed" in Status.FromString(body).message
+        assert time.monotonic() - began < 2.0
+
+
+def test_many_tiny_gzip_members_take_linear_time() -> None:
+    """40,000 empty members (800 KB) in a fraction of a second: copying the rest of the body
+    at each member took seconds here (and minutes for a 16 MB body)."""
+    body = gzip.compress(b"") * 40_000
+    began = time.monotonic()
+    assert gunzip(body, 1 << 20) == b""
+    assert time.monotonic() - began < 0.6
+
+
+def test_non_utf8_authorization_header_gets_401_and_the_scheme_ignores_case(loop: LoopThread) -> None:
+    payload = to_protobuf(SPANS)
+    for receiver in _start(loop, token="s3cret"):
+        answer = exchange(_port(receiver), _head(0, b"Authorization: Bearer \xff\xfes3cret\r\nConnection: close\r\n"))
+        assert status(answer) == 401, answer[:200]
+        assert post(receiver.url, payload, {**PB, "Authorization": "bearer s3cret"})[0] == 200
+        assert post(receiver.url, payload, {**PB, "Authorization": "BEARER  s3cret "})[0] == 200
+        assert post(receiver.url, payload, {**PB, "Authorization": "Basic s3cret"})[0] == 401
+        assert receiver.stats.requests_rejected[("http", "unauthorized")] == 2
+
+
+def test_a_body_slower_than_body_timeout_gets_408(loop: LoopThread) -> None:
+    for receiver in _start(loop, limits=ListenerLimits(body_timeout=0.5)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(100) + b"\x0a")
+            began = time.monotonic()
+            sock.settimeout(5.0)
+            answer = sock.recv(65536)
+            waited = time.monotonic() - began
+        assert status(answer) == 408, answer[:200]
+        assert 0.4 < waited < 2.0
+        assert receiver.stats.requests_rejected[("http", "timeout")] == 1
+
+
+def test_in_flight_bytes_past_the_limit_get_503_with_retry_after(loop: LoopThread) -> None:
+    payload = to_protobuf(SPANS)
+    for receiver in _start(loop, limits=ListenerLimits(max_inflight_bytes=1000)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as slow:
+            slow.sendall(_head(900) + b"\x0a")  # 900 bytes reserved, 1 sent
+            time.sleep(0.2)
+            code, headers, _ = post(receiver.url, payload, PB)
+            assert code == 503 and headers["Retry-After"] == "1"
+            assert receiver.stats.requests_rejected[("http", "inflight_bytes")] == 1
+        time.sleep(0.2)  # the slow request is gone: its bytes are given back
+        assert post(receiver.url, payload, PB)[0] == 200
+
+
+def test_bad_chunked_encoding_after_the_headers_is_refused_without_a_traceback(
+    loop: LoopThread, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiohttp's C parser leaves the body waiting (408 at body_timeout), its Python parser
+    fails it (400); neither may log a traceback or answer 500."""
+    caplog.set_level(logging.INFO)
+    for receiver in _start(loop, limits=ListenerLimits(body_timeout=1.0)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(None) + b"5\r\nabcde\r\n")
+            time.sleep(0.2)  # the handler is reading the body
+            sock.sendall(b"ZZZ\r\nxyz\r\n0\r\n\r\n")
+            answer = read_all(sock, 5.0)
+        assert status(answer) in (400, 408), answer[:200]
+        assert receiver.sink.offers == 0
+        # a client that leaves mid-body is no server error either
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(None) + b"5\r\nabcde\r\n")
+            time.sleep(0.2)
+        wait_until(lambda: receiver.stats.requests_rejected[("http", "aborted")] == 1)
+    assert not has_traceback(caplog.records), [r.getMessage() for r in caplog.records]
+
+
+HOSTILE = {
+    "bad request line": b"GARBAGE\r\n\r\n",
+    "tls": b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(range(200)),
+    "nul bytes": b"\x00" * 64,
+    "bad chunk size": _head(None) + b"ZZZ\r\nabc\r\n0\r\n\r\n",
+    "oversized header": b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n",
+    "bad content length": b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+    "header without colon": b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n",
+}
+
+
+def test_a_flood_of_hostile_framing_and_rejected_requests_logs_a_few_lines(
+    loop: LoopThread, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    rounds = 20
+    for receiver in _start(loop, token="s3cret", max_body=4096):
+        port = _port(receiver)
+        for _ in range(rounds):
+            for data in HOSTILE.values():
+                assert status(exchange(port, data)) in (0, 400, 413, 431)
+            for body, headers in (
+                (b"x", {**PB, "Authorization": "Bearer wrong-token-value"}),
+                (b"x", {"Content-Type": "text/plain", "Authorization": "Bearer s3cret"}),
+                (b"\x00" * 5000, {**PB, "Authorization": "Bearer s3cret"}),
+                (b"\xff\xff", {**PB, "Authorization": "Bearer s3cret"}),
+            ):
+                assert post(receiver.url, body, headers)[0] in (400, 401, 413, 415)
+        assert receiver.stats.requests_rejected[("http", "unauthorized")] == rounds
+    lines = problem_lines(caplog.records)
+    assert not has_traceback(caplog.records)
+    # one line per reason within the interval: malformed, unauthorized, content type, too large, decode
+    assert 1 <= len(lines) <= 6, [r.getMessage() for r in lines]
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "127.0.0.1" in text and "malformed" in text and "unauthorized" in text
+    assert "wrong-token-value" not in text and "GARBAGE" not in text and "aaaa" not in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from process_helpers import RagmonProcess, config_file
 from test_sidecar import send_rag_traces
 
 PORT_LINE = re.compile(r"(metrics|OTLP/HTTP|OTLP/gRPC) on ([\d.]+):(\d+)")
@@ -44,7 +46,7 @@ def test_run_with_a_config_file_scores_traces_and_stops_cleanly(tmp_path: Path) 
     config = tmp_path / "ragmon.toml"
     config.write_text(
         '[receiver]\nhttp = "127.0.0.1:0"\ngrpc = "127.0.0.1:0"\n'
-        '[metrics]\nlisten = "127.0.0.1:0"\n[traces]\ngrace = "100ms"\n'
+        '[metrics]\nlisten = "127.0.0.1:0"\nlinger = "0s"\n[traces]\ngrace = "100ms"\n'
     )
     process, ports = _start("--config", str(config))
     try:
@@ -66,10 +68,30 @@ def test_run_with_a_config_file_scores_traces_and_stops_cleanly(tmp_path: Path) 
 
 
 def test_run_with_no_config_uses_the_default_ports() -> None:
-    process, ports = _start()
-    code, err = _stop(process)
-    assert ports == {"metrics": 9464, "OTLP/HTTP": 4318, "OTLP/gRPC": 4317}, err
-    assert code == 0, err
+    ragmon = RagmonProcess()
+    assert ragmon.ports == {"metrics": 9464, "OTLP/HTTP": 4318, "OTLP/gRPC": 4317}, ragmon.stderr
+    ragmon.signal()
+    assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
+    ragmon.get("/metrics")  # the default linger ends at the first scrape after the drain
+    assert ragmon.wait(10) == 0, ragmon.stderr
+
+
+def _low_open_files() -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+
+def test_run_raises_the_open_file_limit_to_the_hard_limit_and_logs_it(tmp_path: Path) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    ragmon = RagmonProcess("--config", config_file(tmp_path, '[metrics]\nlinger = "0s"\n'), preexec_fn=_low_open_files)
+    try:
+        limits = Path(f"/proc/{ragmon.process.pid}/limits").read_text()
+        soft = next(line.split()[3] for line in limits.splitlines() if line.startswith("Max open files"))
+        shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+        assert soft == shown
+        assert f"open-file limit raised from 256 to {shown}" in ragmon.stderr
+    finally:
+        assert ragmon.stop() == 0
 
 
 def test_run_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ SPAN_REJECT_REASONS = (
 )
 """``reason`` values of ``ragmon_spans_rejected_total`` (exported at 0 before the first)."""
 REQUEST_REJECT_REASONS = {
-    "http": ("unauthorized", "content_type", "content_encoding", "too_large", "decode"),
+    "http": ("unauthorized", "content_type", "content_encoding", "too_large", "decode", "malformed",
+             "aborted", "timeout", "inflight_bytes", "shutting_down"),
     "grpc": ("unauthorized", "decode"),
 }
 """``reason`` values of ``ragmon_requests_rejected_total`` per protocol (exported at 0)."""

@@ -2,50 +2,49 @@
 
 Answers as the OTLP specification says: 200 with an ``ExportTraceServiceResponse`` (with
 ``partial_success`` when some spans were rejected), 400 with a ``google.rpc.Status`` for an
-undecodable body, 401 for a bad token, 413 past the size limit (compressed or not), 415 for
-an unknown content type or encoding, 503 with ``Retry-After`` when the pipeline is full.
-Responses use the request's content type (protobuf or JSON).
+undecodable body, 401 for a bad token, 408 when the body is too slow to arrive, 413 past the
+size limit (compressed or not), 415 for an unknown content type or encoding, 503 with
+``Retry-After`` when the pipeline is full, too many body bytes are in flight, or ragmon is
+shutting down. Responses use the request's content type (protobuf or JSON). Each rejection is
+counted and logged as one rate-limited line (reason and peer, never content).
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
+import logging
 import zlib
 
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 from google.protobuf import json_format
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from ragmon.auth import bearer_token_matches
 from ragmon.decode import DecodeError, Decoded, decode_json, decode_protobuf
+from ragmon.listeners import ByteBudget, Listener, ListenerLimits, ListenerStats
+from ragmon.ratelog import RateLimitedLog, format_peer
+from ragmon.receivers.gunzip import TooLarge, gunzip
 from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink, hand_over
 
-__all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "add_routes", "start"]
+__all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "SHUTDOWN_TIMEOUT", "HttpReceiver", "start"]
 
 PROTOCOL = "http"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 RETRY_AFTER_SECONDS = 1
+SHUTDOWN_TIMEOUT = 2.0
+"""Seconds a request still in the handler gets when the listener closes (twice: to finish, then
+once cancelled)."""
 _GRPC_INVALID_ARGUMENT, _GRPC_UNAUTHENTICATED, _GRPC_UNAVAILABLE = 3, 16, 14
-_GRPC_RESOURCE_EXHAUSTED, _GRPC_UNIMPLEMENTED = 8, 12
+_GRPC_RESOURCE_EXHAUSTED, _GRPC_UNIMPLEMENTED, _GRPC_DEADLINE_EXCEEDED = 8, 12, 4
+GUNZIP_IN_THREAD_BYTES = 256 * 1024
+"""Compressed bodies at least this large are decompressed off the event loop."""
 
 
-class _TooLarge(Exception):
-    pass
-
-
-def _gunzip(body: bytes, limit: int) -> bytes:
-    """Decompress gzip up to ``limit`` bytes; ``_TooLarge`` past it, ``zlib.error`` if corrupt."""
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = inflater.decompress(body, limit + 1)
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise _TooLarge
-    if not inflater.eof:
-        raise zlib.error("truncated gzip stream")
-    return out
-
-
-def _reply(content_type: str, status: int, message: ExportTraceServiceResponse | Status, headers: dict[str, str] | None = None) -> web.Response:
+def _reply(content_type: str, status: int, message: ExportTraceServiceResponse | Status,
+           headers: dict[str, str] | None = None) -> web.Response:
     if content_type == JSON:
         body = json_format.MessageToJson(message, indent=None).encode()
     else:
@@ -53,83 +52,180 @@ def _reply(content_type: str, status: int, message: ExportTraceServiceResponse |
     return web.Response(status=status, body=body, content_type=content_type, headers=headers)
 
 
-def _error(content_type: str, status: int, code: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return _reply(content_type, status, Status(code=code, message=message), headers)
+_RETRY = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
-def add_routes(app: web.Application, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats) -> None:
-    """Add ``POST /v1/traces`` to ``app``, handing decoded spans to ``sink``."""
-    expected_auth = f"Bearer {settings.token}".encode() if settings.token else None
+def _peer(request: web.Request) -> str:
+    return format_peer(request.transport.get_extra_info("peername") if request.transport else request.remote)
 
-    def reject(reason: str) -> None:
-        stats.requests_rejected[(PROTOCOL, reason)] += 1
 
-    async def export(request: web.Request) -> web.Response:
+class HttpReceiver:
+    """``POST /v1/traces``: reads, limits, decodes and hands over one request at a time per
+    connection; ``begin_shutdown`` turns new and slow requests into 503 ``shutting_down``."""
+
+    def __init__(self, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
+                 limits: ListenerLimits, log: RateLimitedLog) -> None:
+        self.settings = settings
+        self.sink = sink
+        self.stats = stats
+        self.limits = limits
+        self.log = log
+        self.budget = ByteBudget(limits.max_inflight_bytes)
+        self.listener: Listener | None = None
+        self.port = 0
+        self._draining = False
+        self._reads: set[asyncio.Timeout] = set()
+        """Deadlines of the bodies being read (brought forward by ``begin_shutdown``)."""
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add ``POST /v1/traces`` to ``app``."""
+        app.router.add_post("/v1/traces", self.export)
+
+    def begin_shutdown(self, grace: float) -> None:
+        """New requests get 503 ``shutting_down`` at once; bodies still arriving get ``grace``
+        seconds, then the same answer."""
+        self._draining = True
+        loop = asyncio.get_running_loop()
+        cut = loop.time() + grace
+        for deadline in self._reads:
+            when = deadline.when()
+            deadline.reschedule(cut if when is None else min(when, cut))
+
+    async def close(self) -> None:
+        """Stop accepting and close every connection (see ``Listener.close``)."""
+        if self.listener is not None:
+            await self.listener.close()
+
+    def _reject(self, request: web.Request, reply_type: str, status: int, code: int, reason: str,
+                message: str, headers: dict[str, str] | None = None) -> web.Response:
+        """Count, log (rate-limited, no content) and answer a request refused whole."""
+        self.stats.requests_rejected[(PROTOCOL, reason)] += 1
+        self.log.warn(f"OTLP/HTTP {reason}", _peer(request), f"{status} {message}")
+        response = _reply(reply_type, status, Status(code=code, message=message), headers)
+        if status in (408, 503) or reason == "malformed":
+            response.force_close()
+        return response
+
+    async def export(self, request: web.Request) -> web.Response:
+        """The ``POST /v1/traces`` handler."""
         media = request.content_type
         reply_type = JSON if media == JSON else PROTOBUF
-        if expected_auth is not None:
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected_auth):
-                reject("unauthorized")
-                return _error(reply_type, 401, _GRPC_UNAUTHENTICATED, "missing or wrong bearer token")
+        if self._draining:
+            return self._reject(request, reply_type, 503, _GRPC_UNAVAILABLE, "shutting_down",
+                                "ragmon is shutting down; retry later", _RETRY)
+        settings = self.settings
+        if settings.token and not bearer_token_matches(request.headers.get("Authorization"), settings.token):
+            return self._reject(request, reply_type, 401, _GRPC_UNAUTHENTICATED, "unauthorized", "missing or wrong bearer token")
         if media not in (PROTOBUF, JSON):
-            reject("content_type")
-            return _error(PROTOBUF, 415, _GRPC_UNIMPLEMENTED, f"unsupported content type {media!r}; use {PROTOBUF} or {JSON}")
+            return self._reject(request, PROTOBUF, 415, _GRPC_UNIMPLEMENTED, "content_type",
+                                f"unsupported content type; use {PROTOBUF} or {JSON}")
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("identity", "gzip", ""):
-            reject("content_encoding")
-            return _error(reply_type, 415, _GRPC_UNIMPLEMENTED, f"unsupported content encoding {encoding!r}")
+            return self._reject(request, reply_type, 415, _GRPC_UNIMPLEMENTED, "content_encoding",
+                                "unsupported content encoding; use gzip or none")
         limit = settings.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
-            reject("too_large")
-            return _error(reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, f"body larger than {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > limit:
-                reject("too_large")
-                return _error(reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, f"body larger than {limit} bytes")
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        if encoding == "gzip":
-            try:
-                body = _gunzip(body, limit)
-            except _TooLarge:
-                reject("too_large")
-                return _error(reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, f"decompressed body larger than {limit} bytes")
-            except zlib.error as exc:
-                reject("decode")
-                return _error(reply_type, 400, _GRPC_INVALID_ARGUMENT, f"invalid gzip body: {exc}")
+            return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, "too_large",
+                                f"body larger than {limit} bytes")
+        held = [0]
         try:
-            decoded: Decoded = decode_json(body, settings.selection) if media == JSON else decode_protobuf(body, settings.selection)
-        except DecodeError as exc:
-            reject("decode")
-            return _error(reply_type, 400, _GRPC_INVALID_ARGUMENT, str(exc))
-        response = hand_over(decoded, sink, stats, PROTOCOL)
+            body = await self._read(request, reply_type, held)
+            if isinstance(body, web.Response):
+                return body
+            if encoding == "gzip":
+                try:
+                    if len(body) >= GUNZIP_IN_THREAD_BYTES:  # a body of many tiny members takes seconds
+                        body = await asyncio.to_thread(gunzip, body, limit)
+                    else:
+                        body = gunzip(body, limit)
+                except TooLarge:
+                    return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, "too_large",
+                                        f"decompressed body larger than {limit} bytes")
+                except zlib.error as exc:
+                    return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", f"invalid gzip body: {exc}")
+            try:
+                decoded: Decoded = (decode_json if media == JSON else decode_protobuf)(body, settings.selection)
+            except DecodeError as exc:
+                return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", str(exc))
+        finally:
+            self.budget.give(held[0])
+        response = hand_over(decoded, self.sink, self.stats, PROTOCOL)
         if response is None:
-            return _error(reply_type, 503, _GRPC_UNAVAILABLE, "ragmon is overloaded; retry later",
-                          {"Retry-After": str(RETRY_AFTER_SECONDS)})
+            refusal = self.sink.refusal
+            self.log.warn(f"OTLP/HTTP {refusal}", _peer(request), "503, spans refused; the exporter retries")
+            message = f"ragmon is {refusal.replace('_', ' ')}; retry later"
+            answer = _reply(reply_type, 503, Status(code=_GRPC_UNAVAILABLE, message=message), _RETRY)
+            if refusal == "shutting_down":
+                answer.force_close()
+            return answer
         return _reply(reply_type, 200, response)
 
-    app.router.add_post("/v1/traces", export)
+    async def _read(self, request: web.Request, reply_type: str, held: list[int]) -> bytes | web.Response:
+        """The body, within ``body_timeout``, ``max_body_bytes`` and the in-flight byte budget
+        (``held[0]``: bytes reserved, given back by the caller); or the answer refusing it."""
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None:
+            if not self.budget.take(request.content_length):
+                return self._busy(request, reply_type)
+            held[0] = request.content_length
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.limits.body_timeout) as deadline:
+                self._reads.add(deadline)
+                try:
+                    async for chunk in request.content.iter_any():
+                        size += len(chunk)
+                        if size > limit:
+                            return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED,
+                                                "too_large", f"body larger than {limit} bytes")
+                        if size > held[0]:
+                            if not self.budget.take(size - held[0]):
+                                return self._busy(request, reply_type)
+                            held[0] = size
+                        chunks.append(chunk)
+                finally:
+                    self._reads.discard(deadline)
+        except TimeoutError:
+            if self._draining:
+                return self._reject(request, reply_type, 503, _GRPC_UNAVAILABLE, "shutting_down",
+                                    "ragmon is shutting down; retry later", _RETRY)
+            return self._reject(request, reply_type, 408, _GRPC_DEADLINE_EXCEEDED, "timeout",
+                                f"body not received within {self.limits.body_timeout:g}s")
+        except (web.RequestPayloadError, HttpProcessingError):  # bad chunked framing mid-body
+            return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "malformed",
+                                "malformed body framing")
+        except ConnectionError:  # the client went away mid-body: nobody to answer
+            return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "aborted",
+                                "connection closed before the body arrived")
+        return b"".join(chunks)
 
+    def _busy(self, request: web.Request, reply_type: str) -> web.Response:
+        return self._reject(request, reply_type, 503, _GRPC_UNAVAILABLE, "inflight_bytes",
+                            "too many request bytes in flight; retry later", _RETRY)
 
 
 async def start(
     host: str, port: int, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
-    app: web.Application | None = None,
-) -> tuple[web.AppRunner, int]:
-    """Serve the receiver on ``host:port`` (0: a free port); returns the runner and bound port.
+    app: web.Application | None = None, *, limits: ListenerLimits | None = None,
+    listeners: ListenerStats | None = None, log: RateLimitedLog | None = None,
+) -> HttpReceiver:
+    """Serve the receiver on ``host:port`` (0: a free port) behind ``limits``; its ``port`` is
+    the bound port.
 
     Request bodies are not decompressed by aiohttp: the receiver does it, to enforce the size
     limit on both the compressed and the decompressed body. Pass ``app`` to serve more routes
-    (e.g. ``/v1/feedback``) on the same port.
+    on the same port.
     """
+    limits = limits or ListenerLimits()
+    log = log or RateLimitedLog(logging.getLogger("ragmon"))
+    receiver = HttpReceiver(settings, sink, stats, limits, log)
     app = app or web.Application()
-    add_routes(app, settings, sink, stats)
-    runner = web.AppRunner(app, auto_decompress=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    return runner, int(runner.addresses[0][1])
+    receiver.add_routes(app)
+    receiver.listener = Listener(
+        "otlp_http", app, limits, listeners or ListenerStats(), log,
+        shutdown_timeout=SHUTDOWN_TIMEOUT, auto_decompress=False,
+    )
+    receiver.port = await receiver.listener.start(host, port)
+    return receiver
+

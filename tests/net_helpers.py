@@ -1,0 +1,79 @@
+"""Raw sockets for hostile clients: exact bytes out, whatever comes back."""
+
+from __future__ import annotations
+
+import logging
+import resource
+import socket
+import time
+from collections.abc import Callable
+
+
+def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send ``data`` to 127.0.0.1:``port`` and read until the server closes (or ``timeout``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        return read_all(sock, timeout)
+
+
+def read_all(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """Read until EOF, a reset or ``timeout`` seconds."""
+    sock.settimeout(timeout)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return b"".join(chunks)
+
+
+def status(response: bytes) -> int:
+    """The status code of a raw HTTP response (0 when there is none)."""
+    parts = response.split(b" ", 2)
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
+    """True when the server closes ``sock`` within ``timeout`` (anything it sent is skipped)."""
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+    return False
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def raise_open_files(wanted: int) -> int:
+    """Raise this process's soft RLIMIT_NOFILE towards ``wanted`` (up to the hard limit); the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def problem_lines(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
+    """Records at WARNING or above."""
+    return [r for r in records if r.levelno >= logging.WARNING]
+
+
+def has_traceback(records: list[logging.LogRecord]) -> bool:
+    return any(r.exc_info or r.exc_text or "Traceback" in r.getMessage() for r in records)
