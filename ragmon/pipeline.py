@@ -86,8 +86,10 @@ class Pipeline:
             self.refusal = "shutting_down"
             return False
         size = sum(span.size for span in spans)
-        if self._queued + len(spans) > self._max_queued or (
-            self._queued_bytes + size > self._max_queued_bytes and self._queued
+        # an empty queue takes any batch the body limit let in (else a body larger than the
+        # queue would be refused forever and its exporter would retry it without end)
+        if self._queued and (
+            self._queued + len(spans) > self._max_queued or self._queued_bytes + size > self._max_queued_bytes
         ):
             self.refusal = "overloaded"
             return False

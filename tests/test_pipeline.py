@@ -231,6 +231,13 @@ def test_queue_takes_exactly_its_span_capacity() -> None:
     assert pipeline.stats().queued_spans == 3
 
 
+def test_an_empty_queue_takes_a_batch_larger_than_its_span_capacity() -> None:
+    pipeline = _pipeline(max_spans=2, max_bytes=1 << 20)
+    assert pipeline.offer([_span(1, 10), _span(2, 10), _span(3, 10)])  # else refused forever
+    assert not pipeline.offer([_span(4, 10)])
+    assert pipeline.stats().queued_spans == 3
+
+
 def test_queue_takes_exactly_its_byte_capacity() -> None:
     pipeline = _pipeline(max_spans=100, max_bytes=1000)
     assert pipeline.offer([_span(1, 600)])
