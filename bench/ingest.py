@@ -138,6 +138,7 @@ grpc = ""
 
 [metrics]
 listen = "127.0.0.1:0"
+linger = "0s"
 
 [traces]
 grace = "200ms"

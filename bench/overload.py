@@ -11,8 +11,8 @@ nothing, or one header byte every half second.
 
 What it does
 ------------
-Starts ``python -m ragmon run`` with ports on 127.0.0.1 (free ports) and every other setting
-at its default. A load process (spawned) posts pre-encoded realistic RAG traces
+Starts ``python -m ragmon run`` with ports on 127.0.0.1 (free ports), no final-scrape linger
+(the script scrapes before it stops ragmon) and every other setting at its default. A load process (spawned) posts pre-encoded realistic RAG traces
 (bench/ingest.py's traffic: 512-span OTLP protobuf bodies built with the OpenTelemetry SDK,
 every trace id unique) with ``--concurrency`` requests in flight, as an OTLP exporter would:
 a 503 / 429 (HTTP) or UNAVAILABLE / RESOURCE_EXHAUSTED (gRPC) is retried after the delay the
@@ -64,6 +64,7 @@ grpc = "127.0.0.1:0"
 
 [metrics]
 listen = "127.0.0.1:0"
+linger = "0s"
 """
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 

@@ -121,6 +121,9 @@ class Sidecar:
     ports: _Bound = field(default_factory=_Bound)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     """Where the judge's key and base URL are read from (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
+    wall: Callable[[], float] = time.time
+    """The wall clock: only for timestamps shown (exemplars, ``_created``, start time), never for
+    a deadline, window or budget (those follow ``clock``), so a wall-clock step changes no value."""
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -135,6 +138,7 @@ class Sidecar:
             max_label_chars=cfg.metrics.max_label_chars,
             max_series=cfg.metrics.max_series,
             clock=self.clock,
+            wall=self.wall,
         )
         self.assembler = TraceAssembler.from_config(cfg.traces)
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
@@ -164,10 +168,8 @@ class Sidecar:
         self.registry.register(StatsCollector(self.judge.collect))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
-        self._runners: list[web.AppRunner] = []
-        self._grpc: grpc.aio.Server | None = None
         self.worker: asyncio.Task[None] | None = None
-        self.started_at = time.time()
+        self.started_at = self.wall()
 
     # -- HTTP: /metrics, /healthz, /readyz, / ----------------------------------------------------
 

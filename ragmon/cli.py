@@ -19,6 +19,9 @@ from ragmon.relevance import read_golden_queries
 __all__ = ["main"]
 
 EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE = 0, 1, 2
+QUIET_LOGGERS = ("openai", "httpx", "httpcore", "httpcore2", "h11")
+"""Client libraries of the judge whose lower levels log content (prompts, replies, headers,
+URLs with credentials): WARNING at least, whatever ``--log-level`` says."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,8 +62,6 @@ def _build_parser() -> _Parser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import logging
-
     from ragmon.app import run
 
     try:
@@ -69,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"ragmon run: error: {exc.source}: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     try:
         return run(config)
     except (OSError, ValueError) as exc:  # a busy port; a value only the running parts can check
@@ -94,6 +95,16 @@ def file_problems(config: Config) -> list[str]:
             except InputError as exc:
                 problems.append(f"probe[{i}].dataset: {exc}")
     return problems
+
+
+def configure_logging(level: str) -> None:
+    """ragmon's log lines on stderr at ``level``; the judge's client libraries at WARNING at
+    least (``QUIET_LOGGERS``: their lower levels carry request bodies, headers and URLs)."""
+    import logging
+
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def _check_config(args: argparse.Namespace) -> int:

@@ -95,7 +95,9 @@ class ReceiverConfig:
     max_queued_bytes: int = 128 * 1024 * 1024
     """The same bound in approximate bytes of kept span data."""
     max_attribute_chars: int = 16_384
-    """Longer string attribute values are cut (counted in ragmon_attributes_truncated_total)."""
+    """Every kept value is bounded by this many units: strings (characters), bytes, arrays and
+    key-value lists (characters of their JSON text), span names and ``service.name``; cuts are
+    counted in ragmon_attributes_truncated_total."""
     max_connections: int = 1024
     """Open connections per receiver; past it new connections are closed at once (counted)."""
     max_inflight_bytes: int = 64 * 1024 * 1024

@@ -761,7 +761,7 @@ def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineSt
     known_requests = {(protocol, reason) for protocol, reasons in REQUEST_REJECT_REASONS.items() for reason in reasons}
     for protocol, reason in sorted(known_requests | ingest.requests_rejected.keys()):
         requests.add_metric([protocol, reason], ingest.requests_rejected[(protocol, reason)])
-    truncated = CounterMetricFamily("ragmon_attributes_truncated", "String attribute values cut to receiver.max_attribute_chars.", labels=["protocol"])
+    truncated = CounterMetricFamily("ragmon_attributes_truncated", "Values, names and event lists the decoder cut or dropped at its limits (receiver.max_attribute_chars, nesting depth, events per span).", labels=["protocol"])
     for protocol in ("http", "grpc"):
         truncated.add_metric([protocol], ingest.attributes_truncated[protocol])
     yield from (received, rejected, requests, truncated)

@@ -769,3 +769,24 @@ def test_compare_prints_a_lone_surrogate_query_id_escaped(tmp_path: Path) -> Non
     result = ragmon("compare", a, b)
     assert result.returncode == 0, result.stderr
     assert "\\ud800x" in result.stdout
+
+
+def test_client_libraries_log_at_warning_even_at_debug() -> None:
+    import logging
+
+    from ragmon.cli import QUIET_LOGGERS, configure_logging
+
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        root.handlers.clear()
+        configure_logging("debug")
+        assert logging.getLogger("ragmon").isEnabledFor(logging.DEBUG)
+        for name in (*QUIET_LOGGERS, "httpcore.http11", "openai._base_client"):
+            assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
+        assert {"openai", "httpx", "httpcore", "h11"} <= set(QUIET_LOGGERS)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)

@@ -77,6 +77,36 @@ def test_kubernetes_manifest_validates_against_the_schema(name: str, doc: dict[s
         kv.validate(doc, version, strict=True)
 
 
+APP_SHUTDOWN_ALLOWANCE = 30
+"""Seconds left for the app's own shutdown before its native sidecar (ragmon) is signalled."""
+
+
+def test_grace_periods_cover_ragmons_shutdown_and_the_linger_outlasts_a_scrape_interval() -> None:
+    """SIGTERM must end in exit 0, not SIGKILL: each pod's grace covers ragmon's worst case (plus
+    the app's shutdown where ragmon is a sidecar), and the linger waits out one scrape interval."""
+    from ragmon.app import shutdown_bound
+    from ragmon.config import parse_duration
+
+    configs = {
+        d["metadata"]["name"]: config_from_mapping(tomllib.loads(d["data"]["ragmon.toml"]))
+        for _, d in MANIFESTS if d["kind"] == "ConfigMap"
+    }
+    intervals = [parse_duration(e["interval"]) for _, d in MANIFESTS if d["kind"] == "PodMonitor"
+                 for e in d["spec"]["podMetricsEndpoints"]]
+    checked = 0
+    for path, _, spec in _pod_specs():
+        containers = [*spec.get("initContainers", []), *spec["containers"]]
+        ragmon = next(c for c in containers if c["name"] == "ragmon")
+        (config_map,) = [v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v]
+        linger = parse_duration(configs[config_map].metrics.linger)
+        assert linger > max(intervals), path
+        sidecar = ragmon in spec.get("initContainers", [])
+        need = shutdown_bound(linger) + (APP_SHUTDOWN_ALLOWANCE if sidecar else 0)
+        assert spec["terminationGracePeriodSeconds"] >= need, (path, need)
+        checked += 1
+    assert checked == 2
+
+
 def test_the_validator_catches_mistakes() -> None:
     import kubernetes_validate as kv
     doc = next(d for _, d in CORE if d["kind"] == "Deployment")

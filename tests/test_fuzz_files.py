@@ -201,3 +201,4 @@ def test_check_config_reads_the_files_the_configuration_names(tmp_path: Path, ca
     golden.write_text('{"query": "q", "relevant_document_ids": ["d1"]}\n')
     path.write_text(f'[scoring]\ngolden = "{golden}"\n')
     assert main(["check-config", str(path)]) == 0
+

@@ -96,3 +96,9 @@ def test_sender_counts_a_batch_that_keeps_failing_and_a_dead_endpoint() -> None:
         assert sender.stats().failed == 2 and sender.stats().sent == 0
 
     asyncio.run(main())
+
+
+def test_the_logged_endpoint_carries_no_credentials_path_or_query() -> None:
+    sender = EvaluationSender("https://user:s3cret@eval.example:8443/otlp?token=t0k", rng=random.Random(0))
+    assert sender._where == "https://eval.example:8443"
+    assert "s3cret" not in sender._where and "t0k" not in sender._where

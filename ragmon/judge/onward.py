@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import urllib.parse
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,9 @@ class EvaluationSender:
         rng: random.Random | None = None,
     ) -> None:
         self.url = endpoint.rstrip("/") + "/v1/traces"
+        parts = urllib.parse.urlsplit(self.url)
+        self._where = f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        """The endpoint as logged: no credentials, path or query."""
         self._buffer: deque[EvaluationResult] = deque()
         self._max = max_buffered
         self._batch = batch
@@ -186,10 +190,10 @@ class EvaluationSender:
                         self._sent += n
                         return
                     retryable = response.status in (429, 502, 503, 504)
-                    log.warning("evaluation export to %s answered %d", self.url, response.status)
+                    log.warning("evaluation export to %s answered %d", self._where, response.status)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 retryable = True
-                log.warning("evaluation export to %s failed: %s", self.url, exc)
+                log.warning("evaluation export to %s failed: %s", self._where, type(exc).__name__)
             if not retryable or attempt == retries:
                 break
             await asyncio.sleep(delays[attempt])
