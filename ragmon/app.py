@@ -42,7 +42,7 @@ from ragmon.probe import Probes
 from ragmon.ratelog import RateLimitedLog, held_back
 from ragmon.scoring import RecordScores, score_record
 from ragmon.receivers import otlp_grpc, otlp_http
-from ragmon.receivers.ingest import IngestStats, ReceiverSettings
+from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 
 __all__ = ["Sidecar", "run"]
 
@@ -278,18 +278,19 @@ class Sidecar:
             self.ports.metrics = await self._serve(self.metrics_app(), metrics_address)
             log.info("metrics on %s:%d", metrics_address[0], self.ports.metrics)
         limits = ListenerLimits.from_config(cfg.receiver, life.caps[0])
+        gate = IngestGate()  # shared: at most its slots of requests are worked on at once, whatever the protocol
         http_address = parse_listen(cfg.receiver.http)
         if http_address is not None:
             life.http = await otlp_http.start(
                 *http_address, self.receiver_settings, self.pipeline, self.ingest,
-                limits=limits, listeners=life.listeners, log=life.log,
+                limits=limits, listeners=life.listeners, log=life.log, gate=gate,
             )
             self.ports.http = life.http.port
             log.info("OTLP/HTTP on %s:%d", http_address[0], life.http.port)
         grpc_address = parse_listen(cfg.receiver.grpc)
         if grpc_address is not None:
             life.grpc, port = await otlp_grpc.start(
-                *grpc_address, self.receiver_settings, self.pipeline, self.ingest, limits=limits, log=life.log,
+                *grpc_address, self.receiver_settings, self.pipeline, self.ingest, limits=limits, log=life.log, gate=gate,
             )
             self.ports.grpc = port
             log.info("OTLP/gRPC on %s:%d", grpc_address[0], port)

@@ -8,7 +8,9 @@ A trace's *local root* is a span with no parent or with a remote parent (OTLP fl
 
 - ``complete``: a local root has arrived and no span arrived for ``grace`` seconds;
 - ``max_wait``: ``max_wait`` seconds after its first span arrived, rooted or not;
-- ``evicted``: early, oldest first, when ``max_pending`` traces or ``max_spans`` spans are held;
+- ``evicted``: early, when ``max_pending`` traces, ``max_spans`` spans or ``max_bytes`` are held:
+  rooted traces waiting out their grace first (quiet the longest first: most likely complete),
+  then the oldest;
 - ``drained``: by ``drain()`` on shutdown.
 
 Times are arrival times on the caller's clock; span timestamps (the app's clock) are never
@@ -293,7 +295,7 @@ class TraceAssembler:
                 self._late += 1
                 return
             if len(self._pending) >= self._max_pending:
-                self._ready.append(self._finish(next(iter(self._pending.values())), FinishReason.EVICTED))
+                self._ready.append(self._finish(self._victim(), FinishReason.EVICTED))
             state = self._pending[trace_id] = _Pending(trace_id, now)
         if span.span_id in state.spans:
             self._dropped_duplicate += 1
@@ -313,7 +315,14 @@ class TraceAssembler:
             self._quiet[trace_id] = state
             self._quiet.move_to_end(trace_id)
         while self._held > self._max_spans or self._held_bytes > self._max_bytes:
-            self._ready.append(self._finish(next(iter(self._pending.values())), FinishReason.EVICTED))
+            self._ready.append(self._finish(self._victim(), FinishReason.EVICTED))
+
+    def _victim(self) -> _Pending:
+        """The trace to finish early when a cap is reached: a rooted trace waiting out its grace
+        (the one quiet the longest: most likely complete already), else the oldest trace."""
+        for state in self._quiet.values():
+            return state
+        return next(iter(self._pending.values()))
 
     def _finish(self, state: _Pending, reason: FinishReason) -> Trace:
         del self._pending[state.trace_id]

@@ -192,17 +192,33 @@ def test_expire_returns_traces_in_finishing_order() -> None:
 # --- bounds -----------------------------------------------------------------------------------
 
 
-def test_max_pending_evicts_oldest_trace_first() -> None:
+def test_max_pending_evicts_the_longest_quiet_rooted_trace_first() -> None:
     a = assembler(max_pending=2)
     a.add([span(1, 1)], now=0.0)
     a.add([span(2, 1)], now=1.0)
-    a.add([span(1, 2, parent=1)], now=1.5)  # recent activity does not make trace 1 younger
+    a.add([span(1, 2, parent=1)], now=1.5)  # recent activity: trace 2 is now the quietest
     a.add([span(3, 1)], now=2.0)
     s = a.stats()
     assert (s.traces_pending, s.traces_evicted) == (2, 1)
     [evicted] = a.expire(2.0)  # evicted traces come out of the next expire
+    assert evicted.trace_id == tid(2) and len(evicted.spans) == 1
+    assert [t.trace_id for t in a.expire(4.0)] == [tid(1), tid(3)]
+
+
+def test_at_a_cap_a_rooted_trace_goes_before_an_older_one_still_waiting_for_its_root() -> None:
+    """Roots usually arrive last: a rooted trace is most likely complete, finishing it early
+    costs nothing; a trace without its root would lose it (and its later spans, as late)."""
+    a = assembler(max_pending=2)
+    a.add([span(1, 2, parent=1)], now=0.0)  # no root yet
+    a.add([span(2, 1)], now=1.0)  # rooted
+    a.add([span(3, 2, parent=1)], now=2.0)  # a third trace: one must go
+    [evicted] = a.expire(2.0)
+    assert evicted.trace_id == tid(2)
+    a.add([span(1, 1)], now=2.5)  # trace 1's root still joins it
+    assert a.stats().spans_late == 0
+    a.add([span(4, 1)], now=3.0)  # full again: the rooted trace 1 goes, not trace 3
+    [evicted] = a.expire(3.0)
     assert evicted.trace_id == tid(1) and len(evicted.spans) == 2
-    assert [t.trace_id for t in a.expire(4.0)] == [tid(2), tid(3)]
 
 
 def test_max_spans_evicts_oldest_traces_until_under_the_cap() -> None:
@@ -302,18 +318,18 @@ def test_stats_counters_and_samples() -> None:
     a.add([span(2, 2, parent=1)], now=1.0)
     a.expire(2.0)  # trace 1 complete
     a.add([span(1, 4, parent=1)], now=2.0)  # late
-    a.add([span(3, 1), span(4, 1)], now=3.0)  # trace 2 evicted
-    a.expire(61.0)  # trace 3 and 4 complete, trace 2 already out
+    a.add([span(3, 1), span(4, 1)], now=3.0)  # trace 3 evicted: rooted, so finished first
+    a.expire(61.0)  # trace 2 at max_wait, trace 4 complete, trace 3 already out
     a.add([span(5, 5, parent=1)], now=62.0)
     s = a.stats()
     assert s == AssemblyStats(
-        traces_complete=3, traces_max_wait=0, traces_evicted=1, traces_drained=0,
+        traces_complete=2, traces_max_wait=1, traces_evicted=1, traces_drained=0,
         traces_pending=1, spans_held=1, spans_accepted=6, spans_late=1,
         spans_dropped_trace_full=1, spans_dropped_duplicate=0,
     )
     assert s.traces_finished == 4
     samples = {(x.name, x.labels): (x.value, x.kind) for x in s.samples()}
-    assert samples[("ragmon_traces_finished_total", (("reason", "complete"),))] == (3, "counter")
+    assert samples[("ragmon_traces_finished_total", (("reason", "complete"),))] == (2, "counter")
     assert samples[("ragmon_traces_finished_total", (("reason", "evicted"),))] == (1, "counter")
     assert samples[("ragmon_traces_evicted_total", ())] == (1, "counter")
     assert samples[("ragmon_traces_pending", ())] == (1, "gauge")

@@ -328,3 +328,32 @@ def test_a_trace_that_fails_is_counted_and_the_worker_goes_on() -> None:
     assert registry.get_sample_value("ragmon_dropped_total", {"reason": "trace_error"}) == 1.0
     metrics.flush()
     assert metrics.traces.cell(("svc", "v")).value == 3.0
+
+
+def test_the_worker_yields_while_it_moves_a_full_queue_into_assembly() -> None:
+    """A full queue (200,000 spans at the default) is moved in steps of at most ``_TAKE_SPANS``
+    spans with a yield between them: liveness, scrapes and ingest keep their turns."""
+    from ragmon.pipeline import _TAKE_SPANS
+
+    pipeline, _ = _counting_pipeline(lambda trace: None, max_spans=100_000, max_bytes=1 << 30)
+    batch = 1000
+    for trace in range(1, 21):
+        spans = [replace(_root(trace, 10), span_id=(i + 1).to_bytes(8, "big"), parent_span_id=b"" if i == 0 else bytes([1]) * 8)
+                 for i in range(batch)]
+        assert pipeline.offer(spans)
+    steps: list[int] = []
+
+    async def run() -> None:
+        worker = asyncio.create_task(pipeline.run())
+        seen = 0
+        while pipeline.stats().queued_spans:
+            await asyncio.sleep(0)
+            accepted = pipeline._assembler.stats().spans_accepted
+            steps.append(accepted - seen)
+            seen = accepted
+        await pipeline.shutdown()
+        await worker
+
+    asyncio.run(run())
+    assert sum(steps) == 20 * batch
+    assert max(steps) <= _TAKE_SPANS + batch and len([s for s in steps if s]) >= 20 * batch // (_TAKE_SPANS + batch)

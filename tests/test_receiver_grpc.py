@@ -24,7 +24,7 @@ from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 
 from ragmon.listeners import ListenerLimits
 from ragmon.receivers import otlp_grpc
-from ragmon.receivers.ingest import IngestStats
+from ragmon.receivers.ingest import IngestGate, IngestStats
 from ragmon.receivers.ingest import ReceiverSettings
 
 METHOD = f"/{otlp_grpc.SERVICE}/Export"
@@ -37,10 +37,11 @@ def loop() -> Iterator[LoopThread]:
     thread.close()
 
 
-def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20, limits: ListenerLimits | None = None) -> Iterator[Receiver]:
+def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20, limits: ListenerLimits | None = None,
+           gate: IngestGate | None = None) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
     settings = ReceiverSettings(SELECTION, max_body, token)
-    server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats, limits=limits))
+    server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats, limits=limits, gate=gate))
     try:
         yield Receiver(f"127.0.0.1:{port}", sink, stats)
     finally:
@@ -160,3 +161,19 @@ def test_server_options_carry_the_limits() -> None:
     assert options["grpc.max_connection_idle_ms"] == 30000
     assert otlp_grpc.concurrent_rpcs(settings, limits) == 200
     assert otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 16 << 20), ListenerLimits()) == otlp_grpc.MIN_CONCURRENT_RPCS
+
+
+def test_with_every_turn_taken_an_export_gets_unavailable_with_retry_info(loop: LoopThread) -> None:
+    gate = IngestGate(slots=1, wait=0.3)
+    for receiver in _start(loop, gate=gate):
+        assert loop.run(gate.enter())
+        with pytest.raises(grpc.RpcError) as info:
+            _call(receiver.url, to_protobuf(SPANS))
+        error = info.value
+        assert error.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        trailing = dict(error.trailing_metadata())  # type: ignore[attr-defined]
+        assert RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"]).retry_delay.seconds == 1
+        assert receiver.stats.requests_rejected[("grpc", "busy")] == 1 and not receiver.sink.spans
+        loop.loop.call_soon_threadsafe(gate.leave)
+        _call(receiver.url, to_protobuf(SPANS))
+        assert len(receiver.sink.spans) == 2

@@ -30,7 +30,7 @@ from ragmon.model import AttributeFilter, Span
 from ragmon.listeners import ListenerLimits
 from ragmon.receivers import otlp_http
 from ragmon.receivers.gunzip import TooLarge, gunzip
-from ragmon.receivers.ingest import IngestStats, ReceiverSettings
+from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 
 SELECTION = SpanSelection(attributes=AttributeFilter(frozenset({"openinference.span.kind"})))
 PB = {"Content-Type": "application/x-protobuf"}
@@ -70,10 +70,11 @@ def _build(tracer):  # type: ignore[no-untyped-def]
 SPANS = record_spans(_build)
 
 
-def _start(loop: LoopThread, token: str = "", max_body: int = 4 << 20, limits: ListenerLimits | None = None) -> Iterator[Receiver]:
+def _start(loop: LoopThread, token: str = "", max_body: int = 4 << 20, limits: ListenerLimits | None = None,
+           gate: IngestGate | None = None) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
     settings = ReceiverSettings(SELECTION, max_body, token)
-    server = loop.run(otlp_http.start("127.0.0.1", 0, settings, sink, stats, limits=limits))
+    server = loop.run(otlp_http.start("127.0.0.1", 0, settings, sink, stats, limits=limits, gate=gate))
     try:
         yield Receiver(f"http://127.0.0.1:{server.port}/v1/traces", sink, stats)
     finally:
@@ -371,3 +372,42 @@ def test_a_flood_of_hostile_framing_and_rejected_requests_logs_a_few_lines(
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "127.0.0.1" in text and "malformed" in text and "unauthorized" in text
     assert "wrong-token-value" not in text and "GARBAGE" not in text and "aaaa" not in text
+
+
+def test_with_every_turn_taken_a_request_waits_then_gets_503_busy_with_retry_after(loop: LoopThread) -> None:
+    payload = to_protobuf(SPANS)
+    gate = IngestGate(slots=1, wait=0.3)
+    for receiver in _start(loop, gate=gate):
+        assert loop.run(gate.enter())  # the only turn is taken
+        began = time.monotonic()
+        code, headers, _ = post(receiver.url, payload, PB)
+        assert code == 503 and headers["Retry-After"] == "1" and 0.25 < time.monotonic() - began < 2.0
+        assert receiver.stats.requests_rejected[("http", "busy")] == 1 and not receiver.sink.spans
+        loop.loop.call_soon_threadsafe(gate.leave)
+        assert post(receiver.url, payload, PB)[0] == 200 and len(receiver.sink.spans) == 2
+
+
+def test_a_slow_body_holds_no_turn(loop: LoopThread) -> None:
+    """Turns are taken once a body is read: a client sending slowly cannot starve the others."""
+    payload = to_protobuf(SPANS)
+    for receiver in _start(loop, gate=IngestGate(slots=1, wait=0.3)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as slow:
+            slow.sendall(_head(900) + b"\x0a")  # headers and one byte of 900
+            time.sleep(0.2)
+            assert post(receiver.url, payload, PB)[0] == 200
+        assert receiver.stats.requests_rejected[("http", "busy")] == 0
+
+
+def test_an_ingest_gate_gives_its_slots_and_then_makes_callers_wait() -> None:
+    import asyncio
+
+    async def run() -> list[bool]:
+        gate = IngestGate(slots=2, wait=0.05)
+        got = [await gate.enter(), await gate.enter(), await gate.enter()]
+        gate.leave()
+        got.append(await gate.enter())
+        return got
+
+    assert asyncio.run(run()) == [True, True, False, True]
+    with pytest.raises(ValueError):
+        IngestGate(slots=0)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -12,7 +13,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from ragmon.decode import Decoded, SpanSelection
 from ragmon.model import Span
 
-__all__ = ["REQUEST_REJECT_REASONS", "SPAN_REJECT_REASONS", "SpanSink", "IngestStats", "ReceiverSettings", "hand_over"]
+__all__ = ["DECODE_IN_THREAD_BYTES", "IngestGate", "decode_body", "REQUEST_REJECT_REASONS", "SPAN_REJECT_REASONS", "SpanSink", "IngestStats", "ReceiverSettings", "hand_over"]
 
 SPAN_REJECT_REASONS = (
     "invalid_trace_id", "invalid_span_id", "invalid_parent_span_id", "malformed_span",
@@ -20,9 +21,9 @@ SPAN_REJECT_REASONS = (
 )
 """``reason`` values of ``ragmon_spans_rejected_total`` (exported at 0 before the first)."""
 REQUEST_REJECT_REASONS = {
-    "http": ("unauthorized", "content_type", "content_encoding", "too_large", "decode", "malformed",
+    "http": ("busy", "unauthorized", "content_type", "content_encoding", "too_large", "decode", "malformed",
              "aborted", "timeout", "inflight_bytes", "shutting_down"),
-    "grpc": ("unauthorized", "decode"),
+    "grpc": ("busy", "unauthorized", "decode"),
 }
 """``reason`` values of ``ragmon_requests_rejected_total`` per protocol (exported at 0)."""
 
@@ -59,6 +60,51 @@ class IngestStats:
     spans_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     requests_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     attributes_truncated: Counter[str] = field(default_factory=Counter)
+
+
+class IngestGate:
+    """Turns to decompress, decode and hand over a received OTLP body, shared by both receivers.
+
+    At most ``slots`` bodies are worked on at once; the others (already read, within
+    ``receiver.max_inflight_bytes``) wait their turn for at most ``wait`` seconds, then are
+    refused with 503 / UNAVAILABLE and a retry delay (reason ``busy``). The event loop so never
+    has more than ``slots`` requests' CPU work queued ahead of a liveness probe, a scrape or the
+    pipeline, however many exporters send at once; ingest as a whole is no faster with more (it
+    is CPU-bound). A slow client holds no turn: bodies are read before the turn is taken.
+    """
+
+    def __init__(self, slots: int = 2, wait: float = 2.0) -> None:
+        if slots < 1 or not wait > 0:
+            raise ValueError(f"an ingest gate needs slots >= 1 and wait > 0, got {slots}, {wait}")
+        self.slots = slots
+        self.wait = wait
+        self._free = asyncio.Semaphore(slots)
+
+    async def enter(self) -> bool:
+        """Wait for a turn (``True``), or give up after ``wait`` seconds (``False``)."""
+        try:
+            async with asyncio.timeout(self.wait):
+                await self._free.acquire()
+        except TimeoutError:
+            return False
+        return True
+
+    def leave(self) -> None:
+        """End a turn ``enter`` gave."""
+        self._free.release()
+
+
+DECODE_IN_THREAD_BYTES = 64 * 1024
+"""Bodies at least this large are decoded in a worker thread: the event loop (liveness,
+scrapes, the pipeline) keeps its turns while a big body is decoded (the GIL switches every
+few milliseconds) instead of waiting for the whole decode."""
+
+
+async def decode_body(decode: Callable[[bytes, SpanSelection], Decoded], body: bytes, selection: SpanSelection) -> Decoded:
+    """``decode(body, selection)``, off the event loop for a large body (``DecodeError`` as is)."""
+    if len(body) >= DECODE_IN_THREAD_BYTES:
+        return await asyncio.to_thread(decode, body, selection)
+    return decode(body, selection)
 
 
 def hand_over(decoded: Decoded, sink: SpanSink, stats: IngestStats, protocol: str) -> ExportTraceServiceResponse | None:

@@ -25,7 +25,7 @@ from ragmon.auth import bearer_token_matches
 from ragmon.decode import DecodeError, decode_protobuf
 from ragmon.listeners import ListenerLimits
 from ragmon.ratelog import RateLimitedLog
-from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink, hand_over
+from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings, SpanSink, decode_body, hand_over
 from ragmon.receivers.otlp_http import RETRY_AFTER_SECONDS
 
 __all__ = ["PROTOCOL", "SERVICE", "concurrent_rpcs", "server_options", "start"]
@@ -64,7 +64,9 @@ def _retry_metadata(message: str) -> tuple[tuple[str, bytes], ...]:
     )
 
 
-def _handler(settings: ReceiverSettings, sink: SpanSink, stats: IngestStats, log: RateLimitedLog) -> grpc.GenericRpcHandler:
+def _handler(
+    settings: ReceiverSettings, sink: SpanSink, stats: IngestStats, log: RateLimitedLog, gate: IngestGate,
+) -> grpc.GenericRpcHandler:
     def reject(reason: str, context: grpc.aio.ServicerContext[Any, Any], detail: str) -> None:
         stats.requests_rejected[(PROTOCOL, reason)] += 1
         log.warn(f"OTLP/gRPC {reason}", context.peer(), detail)
@@ -75,11 +77,17 @@ def _handler(settings: ReceiverSettings, sink: SpanSink, stats: IngestStats, log
             if not bearer_token_matches(given, settings.token):
                 reject("unauthorized", context, "missing or wrong bearer token")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        if not await gate.enter():
+            reject("busy", context, "UNAVAILABLE, every ingest turn is taken")
+            message = "ragmon is busy; retry later"
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message, _retry_metadata(message))
         try:
-            decoded = decode_protobuf(body, settings.selection)
+            decoded = await decode_body(decode_protobuf, body, settings.selection)
         except DecodeError as exc:
             reject("decode", context, str(exc))
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            gate.leave()
         response = hand_over(decoded, sink, stats, PROTOCOL)
         if response is None:
             message = f"ragmon is {sink.refusal.replace('_', ' ')}; retry later"
@@ -94,7 +102,7 @@ def _handler(settings: ReceiverSettings, sink: SpanSink, stats: IngestStats, log
 
 async def start(
     host: str, port: int, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
-    *, limits: ListenerLimits | None = None, log: RateLimitedLog | None = None,
+    *, limits: ListenerLimits | None = None, log: RateLimitedLog | None = None, gate: IngestGate | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Serve the receiver on ``host:port`` (0: a free port) behind ``limits``; returns the
     server and bound port."""
@@ -104,7 +112,7 @@ async def start(
         maximum_concurrent_rpcs=concurrent_rpcs(settings, limits),
     )
     log = log or RateLimitedLog(logging.getLogger("ragmon"))
-    server.add_generic_rpc_handlers((_handler(settings, sink, stats, log),))
+    server.add_generic_rpc_handlers((_handler(settings, sink, stats, log, gate or IngestGate()),))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     bound = server.add_insecure_port(address)
     if bound == 0:

@@ -26,7 +26,7 @@ from ragmon.decode import DecodeError, Decoded, decode_json, decode_protobuf
 from ragmon.listeners import ByteBudget, Listener, ListenerLimits, ListenerStats
 from ragmon.ratelog import RateLimitedLog, format_peer
 from ragmon.receivers.gunzip import TooLarge, gunzip
-from ragmon.receivers.ingest import IngestStats, ReceiverSettings, SpanSink, hand_over
+from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings, SpanSink, decode_body, hand_over
 
 __all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "SHUTDOWN_TIMEOUT", "HttpReceiver", "start"]
 
@@ -64,8 +64,9 @@ class HttpReceiver:
     connection; ``begin_shutdown`` turns new and slow requests into 503 ``shutting_down``."""
 
     def __init__(self, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
-                 limits: ListenerLimits, log: RateLimitedLog) -> None:
+                 limits: ListenerLimits, log: RateLimitedLog, gate: IngestGate | None = None) -> None:
         self.settings = settings
+        self.gate = gate or IngestGate()
         self.sink = sink
         self.stats = stats
         self.limits = limits
@@ -132,23 +133,18 @@ class HttpReceiver:
             body = await self._read(request, reply_type, held)
             if isinstance(body, web.Response):
                 return body
-            if encoding == "gzip":
-                try:
-                    if len(body) >= GUNZIP_IN_THREAD_BYTES:  # a body of many tiny members takes seconds
-                        body = await asyncio.to_thread(gunzip, body, limit)
-                    else:
-                        body = gunzip(body, limit)
-                except TooLarge:
-                    return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, "too_large",
-                                        f"decompressed body larger than {limit} bytes")
-                except zlib.error as exc:
-                    return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", f"invalid gzip body: {exc}")
+            # the body is read (a slow client holds no turn); the CPU work waits for a turn
+            if not await self.gate.enter():
+                return self._reject(request, reply_type, 503, _GRPC_UNAVAILABLE, "busy",
+                                    "every ingest turn is taken; retry later", _RETRY)
             try:
-                decoded: Decoded = (decode_json if media == JSON else decode_protobuf)(body, settings.selection)
-            except DecodeError as exc:
-                return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", str(exc))
+                decoded = await self._decode(request, body, media, reply_type, encoding)
+            finally:
+                self.gate.leave()
         finally:
             self.budget.give(held[0])
+        if isinstance(decoded, web.Response):
+            return decoded
         response = hand_over(decoded, self.sink, self.stats, PROTOCOL)
         if response is None:
             refusal = self.sink.refusal
@@ -159,6 +155,26 @@ class HttpReceiver:
                 answer.force_close()
             return answer
         return _reply(reply_type, 200, response)
+
+    async def _decode(self, request: web.Request, body: bytes, media: str, reply_type: str,
+                      encoding: str) -> Decoded | web.Response:
+        """The body decompressed and decoded, or the answer refusing it."""
+        limit = self.settings.max_body_bytes
+        if encoding == "gzip":
+            try:
+                if len(body) >= GUNZIP_IN_THREAD_BYTES:  # a body of many tiny members takes seconds
+                    body = await asyncio.to_thread(gunzip, body, limit)
+                else:
+                    body = gunzip(body, limit)
+            except TooLarge:
+                return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, "too_large",
+                                    f"decompressed body larger than {limit} bytes")
+            except zlib.error as exc:
+                return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", f"invalid gzip body: {exc}")
+        try:
+            return await decode_body(decode_json if media == JSON else decode_protobuf, body, self.settings.selection)
+        except DecodeError as exc:
+            return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", str(exc))
 
     async def _read(self, request: web.Request, reply_type: str, held: list[int]) -> bytes | web.Response:
         """The body, within ``body_timeout``, ``max_body_bytes`` and the in-flight byte budget
@@ -208,7 +224,7 @@ class HttpReceiver:
 async def start(
     host: str, port: int, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
     app: web.Application | None = None, *, limits: ListenerLimits | None = None,
-    listeners: ListenerStats | None = None, log: RateLimitedLog | None = None,
+    listeners: ListenerStats | None = None, log: RateLimitedLog | None = None, gate: IngestGate | None = None,
 ) -> HttpReceiver:
     """Serve the receiver on ``host:port`` (0: a free port) behind ``limits``; its ``port`` is
     the bound port.
@@ -219,7 +235,7 @@ async def start(
     """
     limits = limits or ListenerLimits()
     log = log or RateLimitedLog(logging.getLogger("ragmon"))
-    receiver = HttpReceiver(settings, sink, stats, limits, log)
+    receiver = HttpReceiver(settings, sink, stats, limits, log, gate)
     app = app or web.Application()
     receiver.add_routes(app)
     receiver.listener = Listener(
