@@ -393,8 +393,8 @@ class Pricer:
     ) -> tuple[Provider, ModelInfo] | None:
         """genai-prices' own matching, trying the provider hint, then ``provider/`` prefixes.
 
-        Order: (provider, model); if the model has a ``prefix/``: (provider, rest),
-        (prefix as provider, rest), (no provider, rest); finally (no provider, model), i.e.
+        Order: (provider, model); if the model has a ``prefix/``: (provider, rest) when there is
+        a hint, (prefix as provider, rest), (no provider, rest); finally (no provider, model), i.e.
         genai-prices infers the provider from the model name. A provider genai-prices does
         not know (``ollama``, ``ibm.watsonx.ai``) counts as none.
         """
@@ -409,11 +409,9 @@ class Pricer:
         attempts: list[tuple[str | None, str]] = [(pid, model)]
         if "/" in model:
             prefix, _, rest = model.partition("/")
-            attempts += [
-                (pid, rest),
-                (self._known_provider(snapshot, _provider_id(prefix)), rest),
-                (None, rest),
-            ]
+            if pid is not None:
+                attempts.append((pid, rest))
+            attempts += [(self._known_provider(snapshot, _provider_id(prefix)), rest), (None, rest)]
         attempts.append((None, model))
         tried: set[tuple[str | None, str]] = set()
         for attempt in attempts:

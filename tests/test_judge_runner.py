@@ -404,7 +404,7 @@ def test_cache_hit_makes_no_second_request() -> None:
     h = run(scenario)
     assert len(h.server.requests) == 2
     first, hit, _ = (j for _, j in h.results)
-    assert hit.cached and hit.scores == first.scores and hit.cost_usd == 0.0 and hit.input_tokens == 0
+    assert hit.cached and hit.scores == first.scores and hit.cost_usd == 0.0 and hit.input_tokens == hit.output_tokens == 0
     assert h.results[1][0].trace_id == record(2).trace_id
     stats = h.judge.stats()
     assert stats.cache_hits == 1 and stats.cache_size == 2 and h.count("ok") == 2

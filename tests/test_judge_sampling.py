@@ -73,6 +73,15 @@ def test_independent_admissions_agree() -> None:
     assert 0.25 < da.count(Decision.ADMIT) / len(ids) < 0.35
 
 
+def test_admission_samples_by_the_same_rule_for_any_id_length() -> None:
+    """``decide`` reads the lower 8 bytes exactly as ``sampled`` does, short ids included."""
+    adm = JudgeAdmission(0.5, max_per_minute=10**9, max_usd_per_hour=math.inf)
+    ids = [b"\xff" * 8, b"\x01" + b"\xff" * 8, b"\xff" * 4, bytes(12) + b"\xff" * 8, b"\xff" * 8 + bytes(12)]
+    expected = [Decision.SKIPPED_RATE, Decision.SKIPPED_RATE, Decision.ADMIT, Decision.SKIPPED_RATE, Decision.ADMIT]
+    assert [Decision.ADMIT if sampled(t, 0.5) else Decision.SKIPPED_RATE for t in ids] == expected
+    assert [adm.decide(t, 0.0) for t in ids] == expected
+
+
 # -- per-minute cap ---------------------------------------------------------------------------
 
 

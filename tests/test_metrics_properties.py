@@ -454,6 +454,7 @@ def test_encode_then_score_equals_score_queries(qs, ks):
     encoded = encode(rs, rels, depth + 3)  # deeper than needed is fine
     direct = score_queries(rs, rels, ks)
     via = score_encoded(encoded, ks)
+    assert via.ks == direct.ks == tuple(sorted(set(ks)))
     np.testing.assert_array_equal(via.labelled, direct.labelled)
     for key in direct.values:
         np.testing.assert_allclose(via.values[key], direct.values[key], rtol=0, atol=1e-12)
@@ -565,11 +566,52 @@ def test_batch_invalid_grade_raises(bad):
             score_queries([["a"], ["c"]], [{"a": 1}, rel], (1, 2), chunk=1)
 
 
+@pytest.mark.parametrize("grade", [True, np.bool_(True), np.int64(1), np.float32(1.0), "1", None],
+                         ids=["bool", "np.bool_", "np.int64", "np.float32", "str", "None"])
+def test_batch_and_per_query_refuse_the_same_grades(grade: Any) -> None:
+    """A grade ``as_grades`` refuses is refused by the batch path too, not scored there."""
+    with pytest.raises(ValueError, match="is not a number"):
+        hit_at_k(["a"], {"a": grade, "b": 0}, 1)
+    with pytest.raises(ValueError, match="is not a number"):
+        score_queries([["a"]], [{"a": grade, "b": 0}], (1,))
+    with pytest.raises(ValueError, match="is not a number"):
+        encode([["a"]], [{"a": grade, "b": 0}], 1)
+
+
+def test_batch_and_per_query_accept_the_same_grades() -> None:
+    """Float subclasses (``np.float64``) are grades on both paths, with equal scores."""
+    relevance = {"a": np.float64(2.0), "b": 1}
+    assert score_queries([["b", "a"]], [relevance], (2,)).values["ndcg@2"][0] == pytest.approx(
+        ndcg_at_k(["b", "a"], relevance, 2), abs=1e-12)
+
+
 def test_batch_length_mismatch_raises():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^2 rankings but 1 relevance entries$"):
         score_queries([["a"], ["b"]], [{"a": 1}], (1,))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^1 rankings but 0 relevance entries$"):
         encode([["a"]], [], 1)
+
+
+def test_batch_errors_name_the_bad_cut_off() -> None:
+    """The public batch API says which k is wrong and why."""
+    with pytest.raises(ValueError, match=r"^k must be an integer >= 1, got 0$"):
+        score_queries([["a"]], [{"a": 1}], (3, 0))
+    with pytest.raises(ValueError, match=r"^k=5 is deeper than the encoded depth 3$"):
+        score_encoded(encode([["a"]], [{"a": 1}], 3), (1, 5))
+
+
+def test_encoded_arrays_have_the_documented_types_and_shapes() -> None:
+    """``Encoded``: float64 gains, int64 ranks and counts; an empty batch is empty arrays."""
+    encoded = encode([["x", "a", "b"], ["c"]], [{"a": 2, "b": 1}, set()], 2)
+    assert encoded.gains.dtype == encoded.ideal.dtype == np.float64
+    assert encoded.first_relevant.dtype == encoded.num_relevant.dtype == np.int64
+    assert encoded.gains.tolist() == [[0.0, 2.0], [0.0, 0.0]]
+    assert encoded.ideal.tolist() == [[2.0, 1.0], [0.0, 0.0]]
+    assert encoded.first_relevant.tolist() == [2, 0]
+    assert encoded.num_relevant.tolist() == [2, 0]
+    empty = encode([], [], 3)
+    assert empty.gains.shape == empty.ideal.shape == (0, 0)
+    assert empty.first_relevant.shape == empty.num_relevant.shape == (0,)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator, Sized
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -23,7 +24,8 @@ from genai_prices.data import providers as bundled_providers
 from genai_prices.types import ClauseEquals, ModelInfo, ModelPrice, Provider, Tier, TieredPrices
 
 from ragmon.config import Config, Price
-from ragmon.pricing import Pricer, PriceResult, _compile, _TableRate
+from ragmon import pricing
+from ragmon.pricing import Pricer, PriceResult, _compile, _package_total, _TableRate
 
 LATEST = datetime(9999, 12, 31, 12, 0, tzinfo=UTC)
 
@@ -65,6 +67,28 @@ def package_usd(
         usage, model, provider_id=provider_id, genai_request_timestamp=at
     )
     return float(calc.total_price)
+
+
+def package_match(model: str, provider_id: str | None) -> str:
+    """``provider:model-id`` of the entry genai-prices prices this call with."""
+    usage = genai_prices.Usage(input_tokens=1, output_tokens=1)
+    calc = genai_prices.calc_price(
+        usage, model, provider_id=provider_id, genai_request_timestamp=LATEST
+    )
+    return f"{calc.provider.id}:{calc.model.id}"
+
+
+def model_prices(model: ModelInfo) -> list[ModelPrice]:
+    """A model's price, or each price of its history."""
+    return [model.prices] if isinstance(model.prices, ModelPrice) else [c.prices for c in model.prices]
+
+
+def bundled_model_prices() -> Iterator[tuple[str, ModelPrice]]:
+    """Every ``ModelPrice`` in the bundled table, price history entries included."""
+    for provider in bundled_providers:
+        for model in provider.models:
+            for i, model_price in enumerate(model_prices(model)):
+                yield f"{provider.id}:{model.id}#{i}", model_price
 
 
 def ns(at: datetime) -> int:
@@ -156,6 +180,7 @@ def test_table_price_equals_genai_prices(
     result = Pricer().price(model, provider, 12_345, 678, cached_input_tokens=2_000)
     expected = package_usd(model, provider_id, 12_345, 678, 2_000)
     assert result.source == "table"
+    assert result.matched == package_match(model, provider_id)
     assert expected > 0
     assert result.usd == pytest.approx(expected, rel=1e-12)
 
@@ -223,32 +248,27 @@ def test_request_time_selects_price_history() -> None:
             assert result.usd == pytest.approx(expected, rel=1e-9), (provider_id, model_id, at)
 
 
+def _usages(prices: list[ModelPrice]) -> list[tuple[int, int, int]]:
+    """(input, cached, output) token counts that probe a price: zero, one token, cached
+    tokens, both sides of every input-token tier threshold and far above the top tier."""
+    starts = {t.start for mp in prices for v in vars(mp).values() if isinstance(v, TieredPrices) for t in v.tiers}
+    return [
+        (0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 0, 1), (1234, 234, 567), (3_000_000, 1_000_000, 50_000),
+        *((s, 0, 10) for s in starts),
+        *((s, s, 0) for s in starts),
+        *((s + 1, 0, 10) for s in starts),
+        *((s + 1, s // 2, 10) for s in starts),
+    ]
+
+
 def test_every_bundled_model_matches_genai_prices() -> None:
-    """The compiled per-token rates equal genai-prices' Decimal math for the whole table,
-    including both sides of every input-token tier threshold."""
+    """The compiled per-token rates equal genai-prices' Decimal math for the whole table, at
+    every probe of ``_usages``, through the public ``Pricer``."""
     pricer = Pricer(cache_size=100_000)
     checked = 0
     for provider in bundled_providers:
         for model in provider.models:
-            prices = (
-                [model.prices]
-                if isinstance(model.prices, ModelPrice)
-                else [c.prices for c in model.prices]
-            )
-            starts = {
-                t.start
-                for mp in prices
-                for v in vars(mp).values()
-                if isinstance(v, TieredPrices)
-                for t in v.tiers
-            }
-            usages = [
-                (0, 0, 0),
-                (1234, 234, 567),
-                *((s, 0, 10) for s in starts),
-                *((s + 1, s // 2, 10) for s in starts),
-            ]
-            for input_tokens, cached, output_tokens in usages:
+            for input_tokens, cached, output_tokens in _usages(model_prices(model)):
                 try:
                     expected = package_usd(
                         model.id, provider.id, input_tokens, output_tokens, cached
@@ -278,6 +298,155 @@ def test_fallback_to_genai_prices_when_rates_do_not_fit() -> None:
     result = rate.price(1000, 0, 10, None)
     assert result == PriceResult((1000 * 2 + 10 * 4) / 1e6, "table", "acme:synthetic")
     assert rate.price(0, 0, 0, None).usd == 0.0
+
+
+def test_every_bundled_price_is_compiled_to_exact_rates() -> None:
+    """The fast path covers the whole table: every bundled ``ModelPrice`` compiles, and the
+    compiled rates give genai-prices' own total to 1e-12 relative at every probe of ``_usages``."""
+    compiled_count = 0
+    for name, model_price in bundled_model_prices():
+        compiled = _compile(model_price)
+        assert compiled is not None, name
+        compiled_count += 1
+        for input_tokens, cached, output_tokens in _usages([model_price]):
+            expected = float(_package_total(model_price, input_tokens, cached, output_tokens))
+            got = compiled.cost(input_tokens, cached, output_tokens)
+            assert got == pytest.approx(expected, rel=1e-12, abs=1e-18), (
+                name,
+                (input_tokens, cached, output_tokens),
+            )
+    assert compiled_count > 1000
+
+
+def test_table_prices_are_compiled_once_not_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's price is compiled on first use and reused; a price history compiles each
+    price it resolves to once."""
+    calls: list[ModelPrice] = []
+
+    def counting(model_price: ModelPrice) -> object:
+        calls.append(model_price)
+        return _compile(model_price)
+
+    monkeypatch.setattr(pricing, "_compile", counting)
+    pricer = Pricer()
+    for tokens in (10, 1_000, 100_000):
+        assert pricer.price("gpt-4o-mini", "openai", tokens, 10).source == "table"
+    assert len(calls) == 1
+    calls.clear()
+    peak = datetime(2025, 3, 3, 12, 0, tzinfo=UTC)
+    off_peak = datetime(2025, 3, 3, 20, 0, tzinfo=UTC)
+    for at in (peak, off_peak, peak, off_peak, peak):
+        result = pricer.price("deepseek-chat", "deepseek", 5_000, 500, at_ns=ns(at))
+        expected = package_usd("deepseek-chat", "deepseek", 5_000, 500, at=at)
+        assert result.usd == pytest.approx(expected)
+    assert len(calls) == 2
+    assert calls[0] is not calls[1]
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        datetime(2025, 3, 3, 16, 30, tzinfo=UTC),  # the discount window opens at 16:30:00 UTC
+        datetime(2025, 3, 4, 0, 30, tzinfo=UTC),  # and closes at 00:30:00 UTC
+    ],
+)
+def test_request_time_is_exact_at_price_boundaries(at: datetime) -> None:
+    """``at_ns`` is honoured to the second: a request at the instant a price starts gets it."""
+    pricer = Pricer()
+    before = datetime.fromtimestamp(at.timestamp() - 1, UTC)
+    usd_at = pricer.price("deepseek-chat", "deepseek", 10_000, 1_000, at_ns=ns(at)).usd
+    usd_before = pricer.price("deepseek-chat", "deepseek", 10_000, 1_000, at_ns=ns(before)).usd
+    assert usd_at == pytest.approx(package_usd("deepseek-chat", "deepseek", 10_000, 1_000, at=at))
+    assert usd_before == pytest.approx(
+        package_usd("deepseek-chat", "deepseek", 10_000, 1_000, at=before)
+    )
+    assert usd_at != usd_before
+
+
+@pytest.fixture
+def host_time_zone_tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run with the process' local time zone at UTC+9 (POSIX TZ rule, no tzdata needed)."""
+    monkeypatch.setenv("TZ", "JST-9")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("host_time_zone_tokyo")
+def test_request_time_is_utc_whatever_the_host_time_zone() -> None:
+    """Time-of-day prices follow the UTC clock of ``at_ns``, not the host's local time."""
+    pricer = Pricer()
+    for at in (datetime(2025, 3, 3, 12, 0, tzinfo=UTC), datetime(2025, 3, 3, 20, 0, tzinfo=UTC)):
+        result = pricer.price("deepseek-chat", "deepseek", 10_000, 1_000, at_ns=ns(at))
+        assert result.usd == pytest.approx(
+            package_usd("deepseek-chat", "deepseek", 10_000, 1_000, at=at)
+        ), at
+
+
+def test_fallback_bills_cached_tokens_at_the_cache_read_price() -> None:
+    """The per-call genai-prices path passes cached tokens through (cache-read price)."""
+    model_price = ModelPrice(
+        input_mtok=TieredPrices(base=Decimal(1), tiers=[Tier(start=0, price=Decimal(2))]),
+        cache_read_mtok=Decimal("0.5"),
+        output_mtok=Decimal(4),
+    )
+    assert _compile(model_price) is None
+    model = ModelInfo(id="synthetic", match=ClauseEquals(equals="synthetic"), prices=model_price)
+    provider = Provider(id="acme", name="Acme", api_pattern="", models=[model])
+    result = _TableRate(provider, model, LATEST).price(1000, 400, 10, None)
+    assert result.usd == pytest.approx((600 * 2 + 400 * 0.5 + 10 * 4) / 1e6, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("provider", "provider_id"),
+    [
+        ("azure.ai.openai", "azure"),
+        ("az.ai.inference", "azure"),
+        ("azure_openai", "azure"),
+        ("Azure.AI.OpenAI", "azure"),
+    ],
+)
+def test_semantic_convention_provider_names_select_the_provider(
+    provider: str, provider_id: str
+) -> None:
+    """OTel provider names map to genai-prices providers (Azure is not priced as OpenAI)."""
+    result = Pricer().price("gpt-4o", provider, 3000, 300)
+    assert result.matched == package_match("gpt-4o", provider_id) == "azure:gpt-4o"
+
+
+def test_only_the_first_path_segment_is_a_provider_prefix() -> None:
+    """``openrouter/openai/gpt-4o`` is OpenRouter's ``openai/gpt-4o``, not OpenAI's gpt-4o."""
+    result = Pricer().price("openrouter/openai/gpt-4o", None, 3000, 300)
+    assert result.matched == package_match("openai/gpt-4o", "openrouter")
+    assert result.usd == pytest.approx(package_usd("openai/gpt-4o", "openrouter", 3000, 300))
+
+
+def test_provider_prefix_names_the_provider_of_a_model_only_it_lists() -> None:
+    """``groq/gemma-7b-it``: genai-prices cannot infer the provider of ``gemma-7b-it`` from
+    the name alone; the ``groq/`` prefix is taken as the provider."""
+    with pytest.raises(LookupError):
+        package_usd("gemma-7b-it", None, 3000, 300)
+    result = Pricer().price("groq/gemma-7b-it", None, 3000, 300)
+    assert result.matched == package_match("gemma-7b-it", "groq")
+    assert result.usd == pytest.approx(package_usd("gemma-7b-it", "groq", 3000, 300))
+
+
+@pytest.mark.parametrize("provider, model", [("azure", "gpt-4o"), ("github-copilot", "gpt-4o")])
+def test_without_a_hint_the_prefix_is_the_provider_even_of_a_model_others_list(provider: str, model: str) -> None:
+    """``azure/gpt-4o`` is Azure's price, not OpenAI's: the prefix is tried as the provider
+    before genai-prices guesses a provider from the bare name."""
+    result = Pricer().price(f"{provider}/{model}", None, 3000, 300)
+    assert result.matched == package_match(model, provider)
+    assert result.usd == pytest.approx(package_usd(model, provider, 3000, 300))
+
+
+def test_model_unknown_to_the_hinted_provider_is_found_by_its_name() -> None:
+    """A provider hint that does not list the model (e.g. an OpenAI-compatible proxy) does
+    not stop genai-prices from inferring the provider from the model name."""
+    result = Pricer().price("openai/claude-3-5-sonnet-20241022", "openai", 3000, 300)
+    assert result.matched == package_match("claude-3-5-sonnet-20241022", None)
+    assert result.usd == pytest.approx(package_usd("claude-3-5-sonnet-20241022", None, 3000, 300))
 
 
 # --- offline --------------------------------------------------------------------------------

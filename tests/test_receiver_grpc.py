@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import queue
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import grpc
@@ -22,6 +24,7 @@ from net_helpers import closed_by_peer, has_traceback, problem_lines
 from server_helpers import LoopThread
 from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 
+from ragmon.decode import DecodeError, decode_protobuf
 from ragmon.listeners import ListenerLimits
 from ragmon.receivers import otlp_grpc
 from ragmon.receivers.ingest import IngestGate, IngestStats
@@ -77,10 +80,13 @@ def test_partial_success(receiver: Receiver) -> None:
     assert len(receiver.sink.spans) == 1
 
 
-def test_undecodable_is_invalid_argument(receiver: Receiver) -> None:
+def test_undecodable_is_invalid_argument_with_the_reason(receiver: Receiver) -> None:
+    with pytest.raises(DecodeError) as decoding:
+        decode_protobuf(b"\xff\xff\xff", SELECTION)
     with pytest.raises(grpc.RpcError) as info:
         _call(receiver.url, b"\xff\xff\xff")
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == str(decoding.value) and "invalid OTLP protobuf" in str(decoding.value)
     assert receiver.stats.requests_rejected[("grpc", "decode")] == 1
 
 
@@ -96,21 +102,34 @@ def test_bearer_token(loop: LoopThread) -> None:
         with pytest.raises(grpc.RpcError) as info:
             _call(receiver.url, to_protobuf(SPANS))
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert info.value.details() == "missing or wrong bearer token"
         exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, headers={"authorization": "Bearer s3cret"}, timeout=10)
         assert exporter.export(SPANS) == SpanExportResult.SUCCESS
         assert receiver.stats.requests_rejected[("grpc", "unauthorized")] == 1
 
 
-def test_overload_is_unavailable_with_retry_info_and_the_exporter_retries(receiver: Receiver) -> None:
+def _assert_unavailable_with_retry_info(error: grpc.RpcError, message: str) -> None:
+    """UNAVAILABLE with ``message``, a one-second ``RetryInfo`` and the same in ``grpc-status-details-bin``."""
+    assert error.code() == grpc.StatusCode.UNAVAILABLE
+    assert error.details() == message
+    trailing = dict(error.trailing_metadata())
+    assert RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"]).retry_delay.seconds == 1
+    status = Status.FromString(trailing["grpc-status-details-bin"])
+    assert (status.code, status.message) == (grpc.StatusCode.UNAVAILABLE.value[0], message)
+    retry = RetryInfo()
+    assert len(status.details) == 1 and status.details[0].Unpack(retry) and retry.retry_delay.seconds == 1
+
+
+def test_overload_is_unavailable_with_retry_info_and_the_exporter_retries(
+    receiver: Receiver, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
     receiver.sink.refuse = 1
     with pytest.raises(grpc.RpcError) as info:
         _call(receiver.url, to_protobuf(SPANS))
-    error = info.value
-    assert error.code() == grpc.StatusCode.UNAVAILABLE
-    trailing = dict(error.trailing_metadata())  # type: ignore[attr-defined]
-    assert RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"]).retry_delay.seconds == 1
-    status = Status.FromString(trailing["grpc-status-details-bin"])
-    assert status.details[0].Is(RetryInfo.DESCRIPTOR)
+    _assert_unavailable_with_retry_info(info.value, "ragmon is overloaded; retry later")
+    lines = [r.getMessage() for r in problem_lines(caplog.records)]
+    assert len(lines) == 1 and "overloaded" in lines[0] and "127.0.0.1:" in lines[0], lines
     receiver.sink.refuse = 1
     exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, timeout=30)
     assert exporter.export(SPANS) == SpanExportResult.SUCCESS
@@ -160,6 +179,8 @@ def test_server_options_carry_the_limits() -> None:
     assert options["grpc.server_handshake_timeout_ms"] == 2500
     assert options["grpc.max_connection_idle_ms"] == 30000
     assert otlp_grpc.concurrent_rpcs(settings, limits) == 200
+    odd = ListenerLimits(max_inflight_bytes=(200 << 20) + 12345)  # whole messages only
+    assert otlp_grpc.concurrent_rpcs(settings, odd) == 200 and isinstance(otlp_grpc.concurrent_rpcs(settings, odd), int)
     assert otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 16 << 20), ListenerLimits()) == otlp_grpc.MIN_CONCURRENT_RPCS
 
 
@@ -169,11 +190,56 @@ def test_with_every_turn_taken_an_export_gets_unavailable_with_retry_info(loop: 
         assert loop.run(gate.enter())
         with pytest.raises(grpc.RpcError) as info:
             _call(receiver.url, to_protobuf(SPANS))
-        error = info.value
-        assert error.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-        trailing = dict(error.trailing_metadata())  # type: ignore[attr-defined]
-        assert RetryInfo.FromString(trailing["google.rpc.retryinfo-bin"]).retry_delay.seconds == 1
+        _assert_unavailable_with_retry_info(info.value, "ragmon is busy; retry later")
         assert receiver.stats.requests_rejected[("grpc", "busy")] == 1 and not receiver.sink.spans
         loop.loop.call_soon_threadsafe(gate.leave)
         _call(receiver.url, to_protobuf(SPANS))
         assert len(receiver.sink.spans) == 2
+
+
+def test_while_shutting_down_an_export_gets_unavailable_saying_so(receiver: Receiver) -> None:
+    receiver.sink.refuse, receiver.sink.refusal = 1, "shutting_down"
+    with pytest.raises(grpc.RpcError) as info:
+        _call(receiver.url, to_protobuf(SPANS))
+    _assert_unavailable_with_retry_info(info.value, "ragmon is shutting down; retry later")
+    assert receiver.stats.spans_rejected[("grpc", "shutting_down")] == 2
+
+
+def test_a_port_in_use_by_another_receiver_is_an_error_not_shared(receiver: Receiver, loop: LoopThread) -> None:
+    """gRPC would share a port through SO_REUSEPORT: a second ragmon would silently get half the traffic."""
+    port = int(receiver.url.split(":")[1])
+    settings = ReceiverSettings(SELECTION, 1 << 20)
+    with pytest.raises(OSError, match=f"cannot bind the OTLP/gRPC receiver to 127.0.0.1:{port}"):
+        loop.run(otlp_grpc.start("127.0.0.1", port, settings, Sink(), IngestStats()))
+    exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, timeout=10)
+    assert exporter.export(SPANS) == SpanExportResult.SUCCESS and len(receiver.sink.spans) == 2
+
+
+def test_an_ipv6_host_is_served(loop: LoopThread) -> None:
+    sink, stats = Sink(), IngestStats()
+    server, port = loop.run(otlp_grpc.start("::1", 0, ReceiverSettings(SELECTION, 1 << 20), sink, stats))
+    try:
+        ExportTraceServiceResponse.FromString(_call(f"[::1]:{port}", to_protobuf(SPANS)))
+        assert len(sink.spans) == 2
+    finally:
+        loop.run(server.stop(None))
+
+
+def test_rpcs_past_the_concurrency_cap_get_resource_exhausted(loop: LoopThread) -> None:
+    """With every ingest turn taken, ``concurrent_rpcs`` exports wait; one more is refused at once."""
+    gate = IngestGate(slots=1, wait=10.0)
+    for receiver in _start(loop, gate=gate):
+        cap = otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 1 << 20), ListenerLimits())
+        assert loop.run(gate.enter())
+        body = to_protobuf(SPANS)
+        with grpc.insecure_channel(receiver.url) as channel:
+            export = channel.unary_unary(METHOD)
+            first: queue.SimpleQueue[grpc.StatusCode] = queue.SimpleQueue()
+            calls = [export.future(body, timeout=20) for _ in range(cap + 1)]
+            for call in calls:
+                call.add_done_callback(lambda done: first.put(done.code()))
+            assert first.get(timeout=10) == grpc.StatusCode.RESOURCE_EXHAUSTED
+            loop.loop.call_soon_threadsafe(gate.leave)
+            codes = Counter(call.code() for call in calls)
+        assert codes == {grpc.StatusCode.OK: cap, grpc.StatusCode.RESOURCE_EXHAUSTED: 1}
+        assert len(receiver.sink.spans) == 2 * cap

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import http.client
 import json
 import logging
 import socket
@@ -12,6 +13,8 @@ import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import aiohttp.http_parser
+import aiohttp.web_protocol
 import pytest
 from google.rpc.status_pb2 import Status
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -134,7 +137,8 @@ def test_partial_success_reports_rejected_spans(receiver: Receiver, as_json: boo
 def test_undecodable_protobuf_gets_400_with_status(receiver: Receiver) -> None:
     status, headers, body = post(receiver.url, b"\xff\xff\xff\xff", PB)
     assert status == 400 and headers["Content-Type"] == "application/x-protobuf"
-    assert "invalid OTLP protobuf" in Status.FromString(body).message
+    answer = Status.FromString(body)
+    assert answer.code == 3 and "invalid OTLP protobuf" in answer.message  # INVALID_ARGUMENT
     assert receiver.stats.requests_rejected[("http", "decode")] == 1
     assert receiver.sink.offers == 0
 
@@ -297,8 +301,16 @@ def test_a_body_slower_than_body_timeout_gets_408(loop: LoopThread) -> None:
             answer = sock.recv(65536)
             waited = time.monotonic() - began
         assert status(answer) == 408, answer[:200]
+        assert b"\r\nconnection: close\r\n" in answer.lower()
         assert 0.4 < waited < 2.0
         assert receiver.stats.requests_rejected[("http", "timeout")] == 1
+
+
+def _post_kept(conn: http.client.HTTPConnection, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes, bool]:
+    """POST on a keep-alive connection: status, headers, body, and whether the server closes it."""
+    conn.request("POST", "/v1/traces", body, headers)
+    response = conn.getresponse()
+    return response.status, dict(response.headers), response.read(), response.will_close
 
 
 def test_in_flight_bytes_past_the_limit_get_503_with_retry_after(loop: LoopThread) -> None:
@@ -307,11 +319,25 @@ def test_in_flight_bytes_past_the_limit_get_503_with_retry_after(loop: LoopThrea
         with socket.create_connection(("127.0.0.1", _port(receiver))) as slow:
             slow.sendall(_head(900) + b"\x0a")  # 900 bytes reserved, 1 sent
             time.sleep(0.2)
-            code, headers, _ = post(receiver.url, payload, PB)
-            assert code == 503 and headers["Retry-After"] == "1"
+            conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
+            code, headers, body, closes = _post_kept(conn, to_otlp_json(SPANS), JS)
+            conn.close()
+            assert code == 503 and headers["Retry-After"] == "1" and closes
+            assert headers["Content-Type"].startswith("application/json")
+            assert json.loads(body) == {"code": 14, "message": "too many request bytes in flight; retry later"}
             assert receiver.stats.requests_rejected[("http", "inflight_bytes")] == 1
         time.sleep(0.2)  # the slow request is gone: its bytes are given back
         assert post(receiver.url, payload, PB)[0] == 200
+
+
+def _send_bad_chunks(receiver: Receiver) -> bytes:
+    """A chunked request whose second chunk size is not hex, sent once the handler reads the
+    body; returns everything the server answered."""
+    with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+        sock.sendall(_head(None) + b"5\r\nabcde\r\n")
+        time.sleep(0.2)  # the handler is reading the body
+        sock.sendall(b"ZZZ\r\nxyz\r\n0\r\n\r\n")
+        return read_all(sock, 5.0)
 
 
 def test_bad_chunked_encoding_after_the_headers_is_refused_without_a_traceback(
@@ -321,11 +347,7 @@ def test_bad_chunked_encoding_after_the_headers_is_refused_without_a_traceback(
     fails it (400); neither may log a traceback or answer 500."""
     caplog.set_level(logging.INFO)
     for receiver in _start(loop, limits=ListenerLimits(body_timeout=1.0)):
-        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
-            sock.sendall(_head(None) + b"5\r\nabcde\r\n")
-            time.sleep(0.2)  # the handler is reading the body
-            sock.sendall(b"ZZZ\r\nxyz\r\n0\r\n\r\n")
-            answer = read_all(sock, 5.0)
+        answer = _send_bad_chunks(receiver)
         assert status(answer) in (400, 408), answer[:200]
         assert receiver.sink.offers == 0
         # a client that leaves mid-body is no server error either
@@ -380,8 +402,13 @@ def test_with_every_turn_taken_a_request_waits_then_gets_503_busy_with_retry_aft
     for receiver in _start(loop, gate=gate):
         assert loop.run(gate.enter())  # the only turn is taken
         began = time.monotonic()
-        code, headers, _ = post(receiver.url, payload, PB)
+        conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
+        code, headers, body, closes = _post_kept(conn, payload, PB)
+        conn.close()
         assert code == 503 and headers["Retry-After"] == "1" and 0.25 < time.monotonic() - began < 2.0
+        assert closes and headers["Connection"] == "close"
+        answer = Status.FromString(body)
+        assert (answer.code, answer.message) == (14, "every ingest turn is taken; retry later")
         assert receiver.stats.requests_rejected[("http", "busy")] == 1 and not receiver.sink.spans
         loop.loop.call_soon_threadsafe(gate.leave)
         assert post(receiver.url, payload, PB)[0] == 200 and len(receiver.sink.spans) == 2
@@ -411,3 +438,40 @@ def test_an_ingest_gate_gives_its_slots_and_then_makes_callers_wait() -> None:
     assert asyncio.run(run()) == [True, True, False, True]
     with pytest.raises(ValueError):
         IngestGate(slots=0)
+
+
+def test_a_refused_request_keeps_the_connection_and_is_logged_with_its_peer(
+    loop: LoopThread, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 401 is an answer, not a broken connection: the exporter's next request on it is served;
+    the rejection's log line names the client's address and port."""
+    caplog.set_level(logging.INFO)
+    payload = to_protobuf(SPANS)
+    for receiver in _start(loop, token="s3cret"):
+        conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
+        try:
+            code, _, body, closes = _post_kept(conn, payload, PB)
+            assert code == 401 and not closes
+            assert Status.FromString(body) == Status(code=16, message="missing or wrong bearer token")
+            assert conn.sock is not None
+            client = conn.sock.getsockname()
+            assert _post_kept(conn, payload, {**PB, "Authorization": "Bearer s3cret"})[0] == 200
+            assert conn.sock is not None and conn.sock.getsockname() == client  # the same connection
+        finally:
+            conn.close()
+        assert len(receiver.sink.spans) == 2
+    lines = [r.getMessage() for r in problem_lines(caplog.records)]
+    assert len(lines) == 1 and "OTLP/HTTP unauthorized" in lines[0] and f" 127.0.0.1:{client[1]}:" in lines[0], lines
+
+
+def test_malformed_body_framing_gets_400_and_the_connection_closed(
+    loop: LoopThread, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiohttp's pure-Python parser (used where its C extension is missing) fails bad chunk
+    framing mid-body: 400 ``malformed``, and the connection, out of step, is closed."""
+    monkeypatch.setattr(aiohttp.web_protocol, "HttpRequestParser", aiohttp.http_parser.HttpRequestParserPy)
+    for receiver in _start(loop, limits=ListenerLimits(body_timeout=5.0)):
+        answer = _send_bad_chunks(receiver)
+        assert status(answer) == 400 and b"\r\nconnection: close\r\n" in answer.lower(), answer[:300]
+        assert Status.FromString(answer.split(b"\r\n\r\n", 1)[1]) == Status(code=3, message="malformed body framing")
+        assert receiver.stats.requests_rejected[("http", "malformed")] == 1 and receiver.sink.offers == 0

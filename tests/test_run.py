@@ -11,6 +11,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from process_helpers import RagmonProcess, config_file
 from test_sidecar import send_rag_traces
@@ -102,15 +104,17 @@ def test_run_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert "traces.grace" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_run_on_a_busy_port_exits_2_with_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("receiver", ["http", "grpc"])
+def test_run_on_a_busy_port_exits_2_with_one_line(tmp_path: Path, receiver: str) -> None:
     import socket
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
+        other = "grpc" if receiver == "http" else "http"
         config = tmp_path / "c.toml"
-        config.write_text(f'[receiver]\nhttp = "127.0.0.1:{port}"\ngrpc = ""\n[metrics]\nlisten = "127.0.0.1:0"\n')
+        config.write_text(f'[receiver]\n{receiver} = "127.0.0.1:{port}"\n{other} = ""\n[metrics]\nlisten = "127.0.0.1:0"\n')
         result = subprocess.run([sys.executable, "-m", "ragmon", "run", "--config", str(config)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr

@@ -101,16 +101,24 @@ def applicable_evaluators(
     unknown = wanted - set(EVALUATORS)
     if unknown:
         raise ValueError(f"unknown evaluator(s): {sorted(unknown)}")
-    has_answer = bool(record.answer and record.answer.strip())
-    has_query = bool(record.query and record.query.strip())
+    has_answer = _visible(record.answer)
+    has_query = _visible(record.query)
     has_contents = all(d.content is not None for d in docs)
     ok: dict[Evaluator, bool] = {
         "faithfulness": has_answer and has_contents,
         "answer_relevance": has_answer and has_query,
         "context_relevance": has_query and len(docs) > 0 and has_contents,
-        "answer_correctness": has_answer and bool(record.reference_answer and record.reference_answer.strip()),
+        "answer_correctness": has_answer and _visible(record.reference_answer),
     }
     return tuple(e for e in EVALUATORS if e in wanted and ok[e])
+
+
+def _visible(text: str | None) -> bool:
+    """Whether ``text`` keeps a visible character once :func:`neutralize` (and the redactor)
+    drop format and control characters: a field of zero-width characters is no field."""
+    if not text:
+        return False
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc", "Cs") for ch in text)
 
 
 def _documents(record: RagRecord) -> Sequence[RetrievedDocument]:

@@ -80,15 +80,16 @@ def _pad(rows: list[list[float]]) -> FloatArray:
 
 
 def _grades(relevance: Relevance) -> Mapping[Any, float]:
-    """Validated ``id -> grade``; a plain dict of finite grades >= 0 is used as it is."""
+    """Validated ``id -> grade``, as :func:`~ragmon.metrics.retrieval.as_grades` validates it;
+    a plain dict of finite ``int`` / ``float`` grades >= 0 is used as it is."""
     if type(relevance) is dict:
         values = relevance.values()
-        try:
-            if not values or (min(values) >= 0 and sum(values) < math.inf):
-                return relevance
-        except TypeError:
-            pass
+        if not values or (set(map(type, values)) <= _PLAIN_NUMBERS and min(values) >= 0 and sum(values) < math.inf):
+            return relevance
     return as_grades(relevance)
+
+
+_PLAIN_NUMBERS = frozenset({int, float})
 
 
 def _first_relevant(ranking: Sequence[DocId], grades: Mapping[Any, float]) -> int:

@@ -114,7 +114,10 @@ async def start(
     log = log or RateLimitedLog(logging.getLogger("ragmon"))
     server.add_generic_rpc_handlers((_handler(settings, sink, stats, log, gate or IngestGate()),))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    bound = server.add_insecure_port(address)
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:  # grpcio reports a failed bind by raising, older releases by returning 0
+        bound = 0
     if bound == 0:
         raise OSError(f"cannot bind the OTLP/gRPC receiver to {address}")
     await server.start()
