@@ -45,6 +45,23 @@ def test_default_failure_ratio_window_is_one_minute() -> None:
         assert (_state(b) is BreakerState.OPEN) is opens
 
 
+def test_a_breaker_never_opened_has_open_until_minus_infinity() -> None:
+    b = CircuitBreaker()
+    assert b.open_until == -math.inf
+    assert not b.refusing(0.0) and b.allow(0.0)
+
+
+@pytest.mark.parametrize(("failure_ratio", "opens"), [(0.5, True), (0.9, False)])
+def test_the_failure_share_counts_the_same_calls_as_the_call_count(failure_ratio: float, opens: bool) -> None:
+    """A failure leaves the failure count when its call leaves the call count, so the share is
+    over one set of outcomes: the t=0 failure, in or out at 60.99 s, gives 2 of 3 or 1 of 2."""
+    b = CircuitBreaker(failure_threshold=100, failure_ratio=failure_ratio, min_calls=2)
+    b.failure(0.0)
+    b.success(30.0)
+    b.failure(60.99)
+    assert (_state(b) is BreakerState.OPEN) is opens
+
+
 def test_exactly_half_of_the_calls_failing_opens() -> None:
     """README: "at least half of 10 or more calls in a minute"."""
     b = CircuitBreaker(failure_threshold=100)

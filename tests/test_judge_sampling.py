@@ -211,6 +211,16 @@ def test_bucketed_window_handles_gaps_and_backwards_clock() -> None:
         BucketedWindow(10.0, 0)
 
 
+def test_bucketed_window_takes_a_sub_second_span_and_a_single_bucket() -> None:
+    """Any positive span and any bucket count >= 1: a value counts for ``span`` seconds at
+    least and ``span + span / buckets`` at most."""
+    w = BucketedWindow(0.5, 1)
+    w.add(1.0, 0.0)
+    assert w.total(0.99) == 1.0
+    assert w.total(1.0) == 0.0
+    assert w.slots == 2
+
+
 # -- circuit breaker ------------------------------------------------------------------------------
 
 

@@ -141,6 +141,14 @@ def test_config_matching_case_prefix_and_date() -> None:
     assert pricer.price("my-model-v2", None, 1000, 10).source == "unpriced"
 
 
+def test_config_names_drop_every_path_segment_before_the_model() -> None:
+    """``openrouter/acme/my-model`` finds ``[pricing."my-model"]``: the config key is matched
+    against the part after the last ``/``."""
+    pricer = Pricer({"my-model": Price(input=3.0, output=6.0)}, package_table=False)
+    result = pricer.price("openrouter/acme/my-model", None, 1000, 10)
+    assert (result.source, result.matched) == ("config", "my-model")
+
+
 def test_config_exact_name_beats_stripped_name() -> None:
     pricer = Pricer({"gpt-4o": Price(1.0, 1.0), "openai/gpt-4o": Price(2.0, 2.0)})
     assert pricer.price("openai/gpt-4o", None, 1_000_000, 0).usd == pytest.approx(2.0)
@@ -538,9 +546,17 @@ def test_repeated_lookups_are_served_from_cache(monkeypatch: pytest.MonkeyPatch)
 # --- validation and construction ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("i", "o", "c"), [(-1, 0, 0), (0, -1, 0), (10, 0, -1), (10, 0, 11)])
-def test_bad_token_counts_raise(i: int, o: int, c: int) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("i", "o", "c", "message"),
+    [
+        (-1, 0, 0, "token counts must be >= 0, got input=-1 output=0 cached=0"),
+        (0, -1, 0, "token counts must be >= 0, got input=0 output=-1 cached=0"),
+        (10, 0, -1, "token counts must be >= 0, got input=10 output=0 cached=-1"),
+        (10, 0, 11, r"cached_input_tokens \(11\) cannot exceed input_tokens \(10\)"),
+    ],
+)
+def test_bad_token_counts_raise(i: int, o: int, c: int, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}$"):
         Pricer().price("gpt-4o-mini", "openai", i, o, c)
 
 

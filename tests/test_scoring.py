@@ -1,12 +1,21 @@
-"""Record scoring: each retrieval score equals the metric core's per-query function of its name."""
+"""Record scoring: each retrieval score equals the metric core's per-query function of its name;
+a record's sources, ``unlabelled`` flag and priced calls."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from genai_prices.data import providers as bundled_providers
+from genai_prices.types import ModelPrice
 from hypothesis import given
 from strategies import SETTINGS, graded_relevance, rankings
 
+from ragmon.config import Price
 from ragmon.metrics import retrieval
-from ragmon.scoring import score_retrieval
+from ragmon.model import LlmCall, RagRecord, RetrievedDocument
+from ragmon.pricing import Pricer
+from ragmon.scoring import PricedCall, ProbeLabels, score_record, score_retrieval
 
 KS = (1, 2, 3, 5, 10)
 
@@ -34,3 +43,98 @@ def test_two_relevant_documents_tell_every_metric_apart() -> None:
     assert score.recall == {1: 1 / 3, 3: 2 / 3}
     assert score.precision == {1: 1.0, 3: 2 / 3}
     assert score.ndcg[1] == 1.0 and 0 < score.ndcg[3] < 1
+
+
+def _record(**fields: object) -> RagRecord:
+    return RagRecord(trace_id=bytes(range(16)), service="svc", variant="v", start_ns=0, end_ns=10**9, **fields)  # type: ignore[arg-type]
+
+
+def _docs(*ids: str) -> tuple[RetrievedDocument, ...]:
+    return tuple(RetrievedDocument(i) for i in ids)
+
+
+NO_TABLE = Pricer(package_table=False)
+
+
+def test_the_reranked_ranking_is_scored_not_the_retrieved_one() -> None:
+    """The ranking handed to generation is the reranker's when there was one."""
+    record = _record(retrieved=_docs("x", "a"), reranked=_docs("a", "x"), relevance={"a": 1}, has_retrieval=True)
+    scores = score_record(record, (1,), NO_TABLE)
+    assert [(s.source, s.reciprocal_rank) for s in scores.retrieval] == [("label", 1.0)]
+    assert scores.unlabelled is False
+
+
+def test_unlabelled_means_retrieval_without_any_labels() -> None:
+    """Retrieval but no source of relevance: unlabelled; labelled or no retrieval at all: not."""
+    bare = _record(retrieved=_docs("a"), has_retrieval=True)
+    assert score_record(bare, (1,), NO_TABLE).unlabelled is True
+    labelled = _record(retrieved=_docs("a"), relevance={"a": 1}, has_retrieval=True)
+    assert score_record(labelled, (1,), NO_TABLE).unlabelled is False
+    chat = _record(query="hello")
+    assert score_record(chat, (1,), NO_TABLE).unlabelled is False
+
+
+def test_a_probe_response_ranking_is_scored_without_retrieval_spans() -> None:
+    """A probe that reads its ranking from the response is scored even when the trace shows no
+    retriever; the probe's labels come back on the scores."""
+    probe = ProbeLabels("p1", {"b": 1}, ranking=("a", "b"))
+    scores = score_record(_record(), (1, 2), NO_TABLE, probe=probe)
+    assert [(s.source, s.reciprocal_rank, s.hit) for s in scores.retrieval] == [("probe", 0.5, {1: 0.0, 2: 1.0})]
+    assert scores.probe is probe
+    assert scores.unlabelled is False
+
+
+def test_a_call_without_usage_is_listed_and_the_calls_after_it_priced() -> None:
+    """No tokens and no cost: ``no_usage`` (not 0 USD); a call with only input tokens (an
+    embedding) or only a span cost is priced; every call is kept, in order."""
+    pricer = Pricer({"emb": Price(input=2.0, output=0.0), "gen": Price(input=1.0, output=4.0)}, package_table=False)
+    calls = (
+        LlmCall("gen", "openai", 0, 0, "generation"),
+        LlmCall("emb", None, 1000, 0, "embedding"),
+        LlmCall("gen", None, 0, 0, "rerank", cost_usd=0.25),
+        LlmCall("gen", None, 100, 10, "generation"),
+    )
+    scores = score_record(_record(llm_calls=calls), (1,), pricer)
+    assert scores.calls == (
+        PricedCall("gen", "generation", 0, 0, None, "no_usage"),
+        PricedCall("emb", "embedding", 1000, 0, 1000 * 2.0 / 1e6, "config"),
+        PricedCall("gen", "rerank", 0, 0, 0.25, "span"),
+        PricedCall("gen", "generation", 100, 10, (100 * 1.0 + 10 * 4.0) / 1e6, "config"),
+    )
+    assert scores.cost_usd is None  # one call has no usage: no cost is guessed
+
+
+def test_calls_are_priced_with_their_provider_and_cached_tokens() -> None:
+    """The provider selects the table entry (``groq`` lists ``gemma-7b-it``, no provider does
+    not); cached input tokens get the cache-read price, and never count above the input."""
+    pricer = Pricer()
+    calls = (
+        LlmCall("gemma-7b-it", "groq", 1000, 100),
+        LlmCall("gpt-4o-mini", "openai", 1000, 10, cached_input_tokens=400),
+        LlmCall("gpt-4o-mini", "openai", 1000, 10, cached_input_tokens=5000),
+    )
+    scores = score_record(_record(llm_calls=calls), (1,), pricer)
+    groq = pricer.price("gemma-7b-it", "groq", 1000, 100)
+    assert groq.usd is not None and pricer.price("gemma-7b-it", None, 1000, 100).usd is None
+    cached = pricer.price("gpt-4o-mini", "openai", 1000, 10, cached_input_tokens=400).usd
+    all_cached = pricer.price("gpt-4o-mini", "openai", 1000, 10, cached_input_tokens=1000).usd
+    uncached = pricer.price("gpt-4o-mini", "openai", 1000, 10).usd
+    assert cached is not None and uncached is not None and cached < uncached
+    assert [(c.usd, c.price_source) for c in scores.calls] == [(groq.usd, "table"), (cached, "table"), (all_cached, "table")]
+
+
+def test_calls_are_priced_at_the_request_time() -> None:
+    """A model whose table price changed is priced at the record's start, not today's price."""
+    pricer = Pricer()
+    at = int(datetime(2024, 6, 1, 12, tzinfo=UTC).timestamp()) * 10**9
+    provider, model = next(
+        (p.id, m.id)
+        for p in bundled_providers
+        for m in p.models
+        if not isinstance(m.prices, ModelPrice)
+        and pricer.price(m.id, p.id, 10**6, 0, at_ns=at).usd != pricer.price(m.id, p.id, 10**6, 0).usd
+    )
+    record = replace(_record(llm_calls=(LlmCall(model, provider, 10**6, 0),)), start_ns=at)
+    [call] = score_record(record, (1,), pricer).calls
+    assert call.usd == pricer.price(model, provider, 10**6, 0, at_ns=at).usd
+    assert call.usd != pricer.price(model, provider, 10**6, 0).usd

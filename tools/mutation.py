@@ -17,7 +17,8 @@ part of CI.
 Then every surviving mutant (and every timeout, and every mutant no fast test reaches) is
 printed as its changed lines and checked against the list of mutants shown to be equivalent in
 docs/reliability.md (the fenced block tagged ``mutants``: one ``path | original | mutated |
-why`` line each, the original and mutated lines as mutmut prints them, stripped). The script
+why`` line each, the original and mutated lines as mutmut prints them, stripped, in backticks
+when they hold `` | `` themselves). The script
 exits 1 when a survivor is neither killed nor listed: write a test that kills it, or argue in
 the document why no test can (the change does not alter behaviour).
 """
@@ -36,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "reliability.md"
 BLOCK = re.compile(r"```mutants\n(.*?)```", re.S)
+QUOTED = re.compile(r"^(\S+) \| `(.*)` \| `(.*)` \| (.*)$")  # code that itself holds " | "
 BUDGET_VARIABLE = "RAGMON_MUTATION_MAX_TEST_SECONDS"
 DEFAULT_MAX_TEST_SECONDS = 1.0
 
@@ -62,7 +64,8 @@ def equivalent_mutants(doc: Path = DOC) -> dict[tuple[str, str, str], str]:
         for line in block.splitlines():
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            parts = [p.strip() for p in line.split(" | ")]
+            quoted = QUOTED.match(line.strip())
+            parts = list(quoted.groups()) if quoted else [p.strip() for p in line.split(" | ")]
             if len(parts) != 4:
                 raise SystemExit(f"{doc}: expected 'path | original | mutated | why': {line!r}")
             known[(parts[0], parts[1].strip("`"), parts[2].strip("`"))] = parts[3]
