@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given
@@ -362,12 +362,28 @@ def test_time_going_backwards_counts_as_the_latest_time() -> None:
     [
         {"grace": -1.0}, {"grace": math.nan}, {"max_wait": 0.0}, {"max_wait": math.inf},
         {"max_pending": 0}, {"max_spans": 0}, {"max_trace_spans": 0}, {"late_memory": -1},
-        {"max_pending": True},
+        {"max_pending": True}, {"max_bytes": 0}, {"grace": True}, {"max_wait": "3s"},
     ],
 )
 def test_invalid_parameters_raise_value_error_naming_them(bad: dict[str, float]) -> None:
-    with pytest.raises(ValueError, match=next(iter(bad))):
+    with pytest.raises(ValueError, match=f"^{next(iter(bad))} must be "):
         assembler(**bad)
+
+
+def test_invalid_durations_say_which_bound_they_break() -> None:
+    with pytest.raises(ValueError, match=r"^grace must be >= 0 seconds, got -1\.0$"):
+        assembler(grace=-1.0)
+    with pytest.raises(ValueError, match=r"^max_wait must be > 0 seconds, got 0\.0$"):
+        assembler(max_wait=0.0)
+
+
+def test_the_smallest_bounds_are_valid() -> None:
+    """Zero grace, no late memory, and one trace, span and byte held at a time."""
+    a = TraceAssembler(grace=0.0, max_wait=0.5, max_pending=1, max_spans=1, late_memory=0, max_trace_spans=1, max_bytes=1)
+    a.add([span(1, 1)], now=0.0)
+    assert [t.trace_id for t in a.expire(0.0)] == [tid(1)]
+    a.add([span(1, 2, parent=1)], now=1.0)  # nothing remembered: a new trace, not a late span
+    assert a.stats().spans_late == 0 and a.stats().traces_pending == 1
 
 
 def test_non_finite_now_raises() -> None:
@@ -463,3 +479,37 @@ def test_byte_bound_evicts_the_oldest_trace() -> None:
     assert [t.trace_id for t in asm.expire(1.0)] == [tid(1)]
     asm.drain()
     assert asm.stats().bytes_held == 0
+
+
+def test_duplicates_and_held_bytes_are_exported_with_their_labels_and_kinds() -> None:
+    a = assembler()
+    a.add([replace(span(1, 1), size=300), replace(span(1, 2, parent=1), size=200)], now=0.0)
+    a.add([span(1, 1), span(1, 2, parent=1)], now=0.5)  # both again: duplicates
+    s = a.stats()
+    assert (s.spans_dropped_duplicate, s.spans_dropped, s.bytes_held) == (2, 2, 500)
+    samples = {(x.name, x.labels): (x.value, x.kind) for x in s.samples()}
+    assert samples[("ragmon_spans_dropped_total", (("reason", "duplicate"),))] == (2, "counter")
+    assert samples[("ragmon_span_bytes_pending", ())] == (500, "gauge")
+
+
+def test_a_finished_trace_gives_back_the_bytes_of_all_its_spans() -> None:
+    a = assembler()
+    a.add([replace(span(1, 1), size=300), replace(span(1, 2, parent=1), size=200)], now=0.0)
+    a.add([replace(span(2, 3, parent=1), size=50)], now=0.0)
+    assert a.stats().bytes_held == 550
+    [trace] = a.expire(2.0)
+    assert trace.trace_id == tid(1) and a.stats().bytes_held == 50
+
+
+def test_the_byte_bound_holds_exactly_max_bytes() -> None:
+    a = assembler(max_bytes=2000)
+    a.add([replace(span(1, 1), size=1000), replace(span(2, 1), size=1000)], now=0.0)  # 2000 of 2000
+    assert (a.stats().bytes_held, a.stats().traces_evicted) == (2000, 0)
+    a.add([replace(span(3, 1), size=1)], now=0.0)
+    assert (a.stats().bytes_held, a.stats().traces_evicted) == (1001, 1)
+
+
+def test_from_config_takes_the_byte_bound() -> None:
+    a = TraceAssembler.from_config(TracesConfig(max_bytes=1500))
+    a.add([replace(span(1, 1), size=1000), replace(span(2, 1), size=1000)], now=0.0)
+    assert (a.stats().bytes_held, a.stats().traces_evicted) == (1000, 1)

@@ -16,7 +16,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from ragmon.assembly import TraceAssembler
 from ragmon.exporter import MAX_BUFFERED, RagMetrics
 from ragmon.model import RagRecord, Span, Trace
-from ragmon.pipeline import _SLICE, Pipeline
+from ragmon.pipeline import _SLICE, Pipeline, PipelineStats
 from ragmon.pricing import Pricer
 from ragmon.scoring import PricedCall, RecordScores, RetrievalScore, score_record
 
@@ -346,14 +346,215 @@ def test_the_worker_yields_while_it_moves_a_full_queue_into_assembly() -> None:
     async def run() -> None:
         worker = asyncio.create_task(pipeline.run())
         seen = 0
-        while pipeline.stats().queued_spans:
-            await asyncio.sleep(0)
-            accepted = pipeline._assembler.stats().spans_accepted
-            steps.append(accepted - seen)
-            seen = accepted
+        async with asyncio.timeout(5.0):
+            while pipeline.stats().queued_spans:
+                await asyncio.sleep(0)
+                accepted = pipeline._assembler.stats().spans_accepted
+                steps.append(accepted - seen)
+                seen = accepted
         await pipeline.shutdown()
         await worker
 
     asyncio.run(run())
     assert sum(steps) == 20 * batch
     assert max(steps) <= _TAKE_SPANS + batch and len([s for s in steps if s]) >= 20 * batch // (_TAKE_SPANS + batch)
+
+
+# -- counters, steps and yields: exact -----------------------------------------------------------
+
+
+def _recording_pipeline(
+    extract: object, score: object, times: list[float], seen: list[tuple[bytes, float]], **kwargs: object
+) -> Pipeline:
+    """A pipeline on the clock ``times[0]`` whose ``after`` stage records (trace id, now) of
+    every scored record."""
+    metrics = RagMetrics(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: times[0])
+    params: dict[str, object] = dict(
+        max_queued_spans=10_000, clock=lambda: times[0],
+        assembler=TraceAssembler(grace=1.0, max_wait=100.0, max_pending=100, max_spans=10_000),
+    )
+    params.update(kwargs)
+    return Pipeline(
+        extract=extract,  # type: ignore[arg-type]
+        score=score,  # type: ignore[arg-type]
+        metrics=metrics,
+        after=lambda record, scores, now: seen.append((record.trace_id, now)),
+        **params,  # type: ignore[arg-type]
+    )
+
+
+def test_a_fresh_pipeline_counts_nothing() -> None:
+    pipeline = _pipeline(max_spans=5, max_bytes=1000)
+    assert pipeline.stats() == PipelineStats(
+        queued_spans=0, max_queued_spans=5, queued_bytes=0, records=0, ignored=0, unlabelled=0, without_content=0, dropped={}
+    )
+
+
+def test_queue_counts_every_batch_up_to_its_span_capacity() -> None:
+    pipeline = _pipeline(max_spans=3, max_bytes=1 << 20)
+    assert pipeline.offer([_span(1, 10), _span(2, 10)])
+    assert pipeline.offer([_span(3, 10)])  # 3 of 3 spans, over two batches: taken
+    assert pipeline.stats().queued_spans == 3
+    assert not pipeline.offer([_span(4, 10)])
+    assert pipeline.refusal == "overloaded"
+
+
+def test_scoring_counts_ignored_unlabelled_contentless_and_failed_traces(caplog: pytest.LogCaptureFixture) -> None:
+    """Every finished trace is counted once: ignored (not a RAG request), failed (logged with its
+    id, the worker goes on) or scored; scored ones also as unlabelled and without content."""
+    kinds = ["ignore", "ignore", "bare", "fail", "bare", "fail", "full"]
+    traces = [Trace(i.to_bytes(16, "big"), (), None) for i in range(len(kinds))]
+
+    def extract(trace: Trace) -> RagRecord | None:
+        kind = kinds[int.from_bytes(trace.trace_id, "big")]
+        if kind == "fail":
+            raise _Boom("bug in extraction")
+        if kind == "ignore":
+            return None
+        return RagRecord(trace.trace_id, "s", "v", 0, 10**9, content_recorded=kind == "full")
+
+    def score(record: RagRecord) -> RecordScores:
+        return RecordScores((), not record.content_recorded, ())  # "bare" records are unlabelled
+
+    seen: list[tuple[bytes, float]] = []
+    pipeline = _recording_pipeline(extract, score, [0.0], seen)
+    with caplog.at_level("ERROR", logger="ragmon"):
+        asyncio.run(pipeline._process(traces, 3.0))
+    stats = pipeline.stats()
+    assert (stats.records, stats.ignored, stats.unlabelled, stats.without_content, stats.dropped) == (3, 2, 2, 2, {"trace_error": 2})
+    assert seen == [(traces[i].trace_id, 3.0) for i in (2, 4, 6)]
+    assert [r.getMessage() for r in caplog.records] == [f"could not score trace {traces[i].trace_id.hex()}" for i in (3, 5)]
+    assert all(r.exc_info is not None for r in caplog.records)
+
+
+def test_scoring_yields_to_the_loop_once_per_slice_of_traces() -> None:
+    """Receivers and scrapes get a turn every ``_SLICE`` traces: no sooner (throughput), no
+    later (latency), and only for a turn (no sleeping)."""
+    pipeline = _recording_pipeline(lambda trace: None, lambda record: None, [0.0], [])
+    turns = 0
+
+    async def run() -> None:
+        nonlocal turns
+        done = False
+
+        async def other_task() -> None:  # runs once whenever the worker yields
+            nonlocal turns
+            while not done:
+                turns += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other_task())
+        await asyncio.sleep(0)
+        turns = 0
+        await pipeline._process([Trace(i.to_bytes(16, "big"), (), None) for i in range(2 * _SLICE - 1)], 0.0)
+        done = True
+        await task
+
+    asyncio.run(run())
+    assert turns == 1
+    assert pipeline.stats().ignored == 2 * _SLICE - 1
+
+
+def test_the_worker_moves_exactly_take_spans_per_step_then_yields() -> None:
+    """A step moves whole batches until ``_TAKE_SPANS`` spans are moved, then yields one turn."""
+    from ragmon.pipeline import _TAKE_SPANS
+
+    pipeline = _recording_pipeline(lambda trace: None, lambda record: None, [0.0], [])
+
+    def batch(first: int, n: int) -> list[Span]:  # spans of one trace, no root: held, not finished
+        return [Span(bytes(16), i.to_bytes(8, "big"), bytes([1]) * 8, "s", 0, 1) for i in range(first, first + n)]
+
+    for first, n in [(10, _TAKE_SPANS - 1), (1, 1), (2, 1), (3, 1)]:
+        assert pipeline.offer(batch(first, n))
+
+    async def run() -> list[int]:
+        worker = asyncio.create_task(pipeline.run())
+        steps, moved = [], 0
+        for _ in range(3):
+            await asyncio.sleep(0)  # the worker does one step
+            accepted = pipeline._assembler.stats().spans_accepted
+            steps.append(accepted - moved)
+            moved = accepted
+        await pipeline.shutdown()
+        await worker
+        return steps
+
+    assert asyncio.run(run()) == [_TAKE_SPANS, 2, 0]
+
+
+def test_an_idle_worker_waits_for_a_batch_and_wakes_as_one_arrives() -> None:
+    """No spans, no work (it does not spin on the loop); an offered batch is taken at once, not
+    at the next tick."""
+    calls = [0]
+    clock = [7.0]
+    seen: list[tuple[bytes, float]] = []
+
+    def counting_clock() -> float:
+        calls[0] += 1
+        return clock[0]
+
+    pipeline = _recording_pipeline(
+        lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1), lambda record: RecordScores((), False, ()), clock, seen,
+        assembler=TraceAssembler(grace=0.0, max_wait=100.0, max_pending=100, max_spans=100), tick=30.0, clock=counting_clock,
+    )
+
+    async def run() -> None:
+        worker = asyncio.create_task(pipeline.run())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert calls[0] == 0
+        assert pipeline.offer([_root(5, 10)])
+        async with asyncio.timeout(5.0):
+            while not seen:
+                await asyncio.sleep(0)
+        await pipeline.shutdown()
+        await worker
+
+    asyncio.run(run())
+    assert seen == [((5).to_bytes(16, "big"), 7.0)]
+
+
+def test_shutdown_scores_every_batch_still_queued_at_the_clock_time() -> None:
+    """Batches queued before the shutdown are taken, their traces drained and scored at the
+    clock's time; then the worker returns."""
+    seen: list[tuple[bytes, float]] = []
+    pipeline = _recording_pipeline(
+        lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1), lambda record: RecordScores((), False, ()), [42.0], seen
+    )
+    assert pipeline.offer([_root(1, 10)]) and pipeline.offer([_root(2, 10)])
+
+    async def run() -> None:
+        await pipeline.shutdown()
+        async with asyncio.timeout(5.0):
+            await pipeline.run()
+
+    asyncio.run(run())
+    assert seen == [((1).to_bytes(16, "big"), 42.0), ((2).to_bytes(16, "big"), 42.0)]
+    assert pipeline._assembler.stats().traces_drained == 2
+    assert pipeline.stats().queued_spans == 0
+
+
+def test_an_idle_worker_finishes_a_quiet_trace_within_a_second() -> None:
+    """With no spans arriving, a trace whose grace ran out still reaches the metrics promptly
+    (the worker wakes on its own tick, well within a scrape interval)."""
+    clock = [0.0]
+    seen: list[tuple[bytes, float]] = []
+    pipeline = _recording_pipeline(
+        lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1), lambda record: RecordScores((), False, ()), clock, seen
+    )  # the default tick, as the sidecar runs it
+
+    async def run() -> None:
+        worker = asyncio.create_task(pipeline.run())
+        assert pipeline.offer([_root(3, 10)])
+        async with asyncio.timeout(5.0):
+            while pipeline._assembler.stats().spans_accepted == 0:
+                await asyncio.sleep(0)
+        clock[0] = 2.0  # grace (1 s) over: due, but nothing wakes the worker but its tick
+        async with asyncio.timeout(1.0):
+            while not seen:
+                await asyncio.sleep(0.005)
+        await pipeline.shutdown()
+        await worker
+
+    asyncio.run(run())
+    assert seen == [((3).to_bytes(16, "big"), 2.0)]

@@ -139,6 +139,7 @@ def test_overload_is_unavailable_with_retry_info_and_the_exporter_retries(
 def test_the_bearer_scheme_ignores_case_and_bad_tokens_log_one_line(loop: LoopThread, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     body = to_protobuf(SPANS)
+    began = time.monotonic()
     for receiver in _start(loop, token="s3cret"):
         ExportTraceServiceResponse.FromString(_call(receiver.url, body, (("authorization", "bearer s3cret"),)))
         ExportTraceServiceResponse.FromString(_call(receiver.url, body, (("authorization", "BEARER   s3cret"),)))
@@ -150,7 +151,9 @@ def test_the_bearer_scheme_ignores_case_and_bad_tokens_log_one_line(loop: LoopTh
         assert receiver.stats.requests_rejected[("grpc", "unauthorized")] == 30
         assert len(receiver.sink.spans) == 4
     lines = problem_lines(caplog.records)
-    assert len(lines) == 1 and "unauthorized" in lines[0].getMessage() and "127.0.0.1" in lines[0].getMessage()
+    windows = 1 + int((time.monotonic() - began) / 10)  # one line per reason every 10 s (a loaded machine is slow)
+    assert 1 <= len(lines) <= windows and all("unauthorized" in r.getMessage() for r in lines)
+    assert "127.0.0.1" in lines[0].getMessage()
     assert "wrong-token-value" not in caplog.text and not has_traceback(caplog.records)
 
 
