@@ -46,7 +46,7 @@ def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20, limits: L
     settings = ReceiverSettings(SELECTION, max_body, token)
     server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats, limits=limits, gate=gate))
     try:
-        yield Receiver(f"127.0.0.1:{port}", sink, stats)
+        yield Receiver(f"127.0.0.1:{port}", sink, stats, server)
     finally:
         loop.run(server.stop(None))
 

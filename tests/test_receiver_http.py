@@ -12,6 +12,7 @@ import tracemalloc
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp.http_parser
 import aiohttp.web_protocol
@@ -31,6 +32,7 @@ from server_helpers import LoopThread, post
 from ragmon.decode import SpanSelection
 from ragmon.model import AttributeFilter, Span
 from ragmon.listeners import ListenerLimits
+from ragmon.ratelog import RateLimitedLog
 from ragmon.receivers import otlp_http
 from ragmon.receivers.gunzip import TooLarge, gunzip
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
@@ -61,6 +63,8 @@ class Receiver:
     url: str
     sink: Sink
     stats: IngestStats
+    server: Any
+    """The running server: an ``otlp_http.HttpReceiver``, or the gRPC module's server."""
 
 
 def _build(tracer):  # type: ignore[no-untyped-def]
@@ -79,7 +83,7 @@ def _start(loop: LoopThread, token: str = "", max_body: int = 4 << 20, limits: L
     settings = ReceiverSettings(SELECTION, max_body, token)
     server = loop.run(otlp_http.start("127.0.0.1", 0, settings, sink, stats, limits=limits, gate=gate))
     try:
-        yield Receiver(f"http://127.0.0.1:{server.port}/v1/traces", sink, stats)
+        yield Receiver(f"http://127.0.0.1:{server.port}/v1/traces", sink, stats, server)
     finally:
         loop.run(server.close())
 
@@ -208,9 +212,9 @@ def _port(receiver: Receiver) -> int:
     return int(receiver.url.split(":")[2].split("/")[0])
 
 
-def _head(length: int | None = None, extra: bytes = b"") -> bytes:
+def _head(length: int | None = None, extra: bytes = b"", media: bytes = b"application/x-protobuf") -> bytes:
     framing = b"Transfer-Encoding: chunked\r\n" if length is None else b"Content-Length: %d\r\n" % length
-    return b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n" + framing + extra + b"\r\n"
+    return b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: " + media + b"\r\n" + framing + extra + b"\r\n"
 
 
 def test_concatenated_gzip_members_are_all_decompressed(receiver: Receiver) -> None:
@@ -473,5 +477,298 @@ def test_malformed_body_framing_gets_400_and_the_connection_closed(
     for receiver in _start(loop, limits=ListenerLimits(body_timeout=5.0)):
         answer = _send_bad_chunks(receiver)
         assert status(answer) == 400 and b"\r\nconnection: close\r\n" in answer.lower(), answer[:300]
+        assert b"\r\ncontent-type: application/x-protobuf\r\n" in answer.lower()
         assert Status.FromString(answer.split(b"\r\n\r\n", 1)[1]) == Status(code=3, message="malformed body framing")
         assert receiver.stats.requests_rejected[("http", "malformed")] == 1 and receiver.sink.offers == 0
+
+
+JSON_HEAD = b"application/json"
+
+
+def _begin_shutdown(loop: LoopThread, receiver: Receiver, grace: float) -> None:
+    async def begin() -> None:
+        receiver.server.begin_shutdown(grace)
+
+    loop.run(begin())
+
+
+def _read_answer(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """One whole HTTP response (headers and ``Content-Length`` body), without waiting for the
+    server to close (it lingers, reading what the client still sends)."""
+    sock.settimeout(timeout)
+    data = b""
+    while True:
+        head, sep, body = data.partition(b"\r\n\r\n")
+        if sep:
+            length = [int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")]
+            if length and len(body) >= length[0]:
+                return data
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _json_answer(answer: bytes) -> dict[str, object]:
+    """The JSON body of a raw HTTP response (after checking its content type)."""
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert b"\r\ncontent-type: application/json" in head.lower(), head
+    parsed = json.loads(body)
+    assert isinstance(parsed, dict)
+    return parsed
+
+
+def test_after_begin_shutdown_a_new_request_gets_503_shutting_down_and_the_connection_closed(loop: LoopThread) -> None:
+    for receiver in _start(loop):
+        _begin_shutdown(loop, receiver, 5.0)
+        conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
+        code, headers, body, closes = _post_kept(conn, to_otlp_json(SPANS), JS)
+        conn.close()
+        assert code == 503 and headers["Retry-After"] == "1" and closes
+        assert headers["Content-Type"].startswith("application/json")
+        assert body == b'{"code": 14, "message": "ragmon is shutting down; retry later"}'  # compact JSON
+        assert receiver.stats.requests_rejected[("http", "shutting_down")] == 1 and receiver.sink.offers == 0
+
+
+def test_a_body_still_arriving_at_shutdown_gets_the_grace_then_503_shutting_down(loop: LoopThread) -> None:
+    """``begin_shutdown(grace)`` brings a later body deadline forward to ``grace`` seconds."""
+    for receiver in _start(loop, limits=ListenerLimits(body_timeout=20.0)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(100, media=JSON_HEAD) + b"{")
+            wait_until(lambda: receiver.server.budget.used == 100)  # the handler reads the body
+            began = time.monotonic()
+            _begin_shutdown(loop, receiver, 0.3)
+            answer = _read_answer(sock)
+            waited = time.monotonic() - began
+        assert status(answer) == 503 and 0.25 < waited < 2.0, (answer[:200], waited)
+        assert b"\r\nretry-after: 1\r\n" in answer.lower() and b"\r\nconnection: close\r\n" in answer.lower()
+        assert _json_answer(answer) == {"code": 14, "message": "ragmon is shutting down; retry later"}
+        assert receiver.stats.requests_rejected[("http", "shutting_down")] == 1
+        assert receiver.stats.requests_rejected[("http", "timeout")] == 0
+
+
+def test_shutdown_never_extends_an_earlier_body_deadline(loop: LoopThread) -> None:
+    """A body due before the grace ends keeps its own deadline (answered 503 shutting_down)."""
+    for receiver in _start(loop, limits=ListenerLimits(body_timeout=0.3)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(100) + b"\x0a")
+            wait_until(lambda: receiver.server.budget.used == 100)
+            _begin_shutdown(loop, receiver, 30.0)
+            began = time.monotonic()
+            answer = _read_answer(sock)
+            waited = time.monotonic() - began
+        assert status(answer) == 503 and waited < 2.0, (answer[:200], waited)
+        assert receiver.stats.requests_rejected[("http", "shutting_down")] == 1
+
+
+@pytest.mark.parametrize("refusal", ["overloaded", "shutting_down"])
+def test_spans_the_pipeline_refuses_get_503_naming_why(
+    loop: LoopThread, caplog: pytest.LogCaptureFixture, refusal: str,
+) -> None:
+    """A full pipeline keeps the connection; one shutting down closes it. Both are counted per
+    span and logged (by the ``ragmon`` logger) with the client's address."""
+    caplog.set_level(logging.INFO)
+    for receiver in _start(loop):
+        receiver.sink.refuse, receiver.sink.refusal = 2, refusal
+        conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
+        try:
+            code, headers, body, closes = _post_kept(conn, to_otlp_json(SPANS), JS)
+            assert code == 503 and headers["Retry-After"] == "1" and headers["Content-Type"].startswith("application/json")
+            assert json.loads(body) == {"code": 14, "message": f"ragmon is {refusal.replace('_', ' ')}; retry later"}
+            assert closes == (refusal == "shutting_down")
+            if not closes:
+                assert _post_kept(conn, to_protobuf(SPANS), PB)[0] == 503
+        finally:
+            conn.close()
+        assert receiver.stats.spans_rejected[("http", refusal)] == (2 if refusal == "overloaded" else 1) * 2
+    lines = problem_lines(caplog.records)
+    assert len(lines) == 1 and lines[0].name == "ragmon", [(r.name, r.getMessage()) for r in lines]
+    assert f"OTLP/HTTP {refusal}" in lines[0].getMessage() and " 127.0.0.1:" in lines[0].getMessage()
+
+
+REFUSALS = {
+    "unauthorized": (b"{}", {**JS}, 401, {"code": 16, "message": "missing or wrong bearer token"}),
+    "content_encoding": (b"{}", {**JS, "Content-Encoding": "br"}, 415,
+                         {"code": 12, "message": "unsupported content encoding; use gzip or none"}),
+    "too_large": (b" " * 4097, {**JS}, 413, {"code": 8, "message": "body larger than 4096 bytes"}),
+    "decompressed": (gzip.compress(b" " * 5000), {**JS, "Content-Encoding": "gzip"}, 413,
+                     {"code": 8, "message": "decompressed body larger than 4096 bytes"}),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS)
+def test_a_refused_json_request_gets_a_json_status_and_is_counted_under_its_reason(loop: LoopThread, case: str) -> None:
+    body, headers, code, answer = REFUSALS[case]
+    for receiver in _start(loop, token="s3cret", max_body=4096):
+        if case != "unauthorized":
+            headers = {**headers, "Authorization": "Bearer s3cret"}
+        got, got_headers, got_body = post(receiver.url, body, headers)
+        assert got == code and got_headers["Content-Type"].startswith("application/json")
+        assert json.loads(got_body) == answer
+        reason = "too_large" if case == "decompressed" else case
+        assert receiver.stats.requests_rejected == {("http", reason): 1}
+
+
+def test_an_unknown_content_type_gets_a_protobuf_415(receiver: Receiver) -> None:
+    code, headers, body = post(receiver.url, b"hello", {"Content-Type": "text/plain"})
+    assert code == 415 and headers["Content-Type"] == "application/x-protobuf"
+    assert Status.FromString(body) == Status(
+        code=12, message="unsupported content type; use application/x-protobuf or application/json")
+    assert receiver.stats.requests_rejected == {("http", "content_type"): 1}
+
+
+def test_an_invalid_gzip_json_body_gets_a_json_400_counted_as_decode(receiver: Receiver) -> None:
+    code, headers, body = post(receiver.url, b"\x1f\x8b\x08\x00garbage", {**JS, "Content-Encoding": "gzip"})
+    answer = json.loads(body)
+    assert code == 400 and headers["Content-Type"].startswith("application/json")
+    assert answer["code"] == 3 and answer["message"].startswith("invalid gzip body: ")
+    assert receiver.stats.requests_rejected == {("http", "decode"): 1}
+
+
+def test_an_empty_content_encoding_means_identity(receiver: Receiver) -> None:
+    assert post(receiver.url, to_protobuf(SPANS), {**PB, "Content-Encoding": ""})[0] == 200
+    assert post(receiver.url, to_protobuf(SPANS), {**PB, "Content-Encoding": " Identity "})[0] == 200
+    assert len(receiver.sink.spans) == 4
+
+
+def test_a_body_of_exactly_max_body_bytes_is_accepted_in_either_framing(loop: LoopThread) -> None:
+    """The limit is inclusive, declared (Content-Length) or counted (chunked); every byte
+    reserved for a body is given back."""
+    payload = to_protobuf(SPANS)
+    for receiver in _start(loop, max_body=len(payload)):
+        assert post(receiver.url, payload, PB)[0] == 200
+        conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
+        try:
+            half = len(payload) // 2
+            conn.request("POST", "/v1/traces", iter([payload[:half], payload[half:]]), PB)  # chunked
+            assert conn.getresponse().status == 200
+        finally:
+            conn.close()
+        assert len(receiver.sink.spans) == 4 and receiver.server.budget.used == 0
+
+
+def test_a_chunked_body_growing_past_max_body_gets_413(loop: LoopThread) -> None:
+    """Counted over all chunks, none of which alone is too large."""
+    for receiver in _start(loop, max_body=4096):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(None, media=JSON_HEAD) + b"BB8\r\n" + b" " * 3000 + b"\r\n")
+            wait_until(lambda: receiver.server.budget.used == 3000)
+            sock.sendall(b"BB8\r\n" + b" " * 3000 + b"\r\n0\r\n\r\n")
+            answer = _read_answer(sock)
+        assert status(answer) == 413, answer[:200]
+        assert _json_answer(answer) == {"code": 8, "message": "body larger than 4096 bytes"}
+        assert receiver.stats.requests_rejected == {("http", "too_large"): 1}
+        assert receiver.server.budget.used == 0
+
+
+def test_a_chunked_body_past_the_in_flight_bytes_gets_503_with_retry_after(loop: LoopThread) -> None:
+    for receiver in _start(loop, limits=ListenerLimits(max_inflight_bytes=1000)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as slow:
+            slow.sendall(_head(900) + b"\x0a")  # 900 bytes reserved, 1 sent
+            wait_until(lambda: receiver.server.budget.used == 900)
+            conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
+            try:
+                conn.request("POST", "/v1/traces", iter([b" " * 500]), JS)  # chunked: no size declared
+                response = conn.getresponse()
+                assert response.status == 503 and response.headers["Retry-After"] == "1"
+                assert response.headers["Content-Type"].startswith("application/json")
+                assert json.loads(response.read()) == {"code": 14, "message": "too many request bytes in flight; retry later"}
+            finally:
+                conn.close()
+        assert receiver.stats.requests_rejected[("http", "inflight_bytes")] == 1
+        wait_until(lambda: receiver.server.budget.used == 0)
+
+
+def test_a_slow_json_body_gets_a_json_408(loop: LoopThread) -> None:
+    for receiver in _start(loop, limits=ListenerLimits(body_timeout=0.2)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(100, media=JSON_HEAD) + b"{")
+            answer = _read_answer(sock)
+        assert status(answer) == 408, answer[:200]
+        assert _json_answer(answer) == {"code": 4, "message": "body not received within 0.2s"}
+
+
+def test_a_client_leaving_mid_body_is_counted_as_aborted_and_logged_without_traceback(
+    loop: LoopThread, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    for receiver in _start(loop):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(None) + b"5\r\nabcde\r\n")
+            wait_until(lambda: receiver.server.budget.used == 5)
+        wait_until(lambda: receiver.stats.requests_rejected[("http", "aborted")] == 1)
+        wait_until(lambda: receiver.server.budget.used == 0)
+        assert receiver.sink.offers == 0
+    assert not has_traceback(caplog.records), [r.getMessage() for r in caplog.records]
+    assert any("OTLP/HTTP aborted" in r.getMessage() for r in problem_lines(caplog.records))
+
+
+def test_a_json_request_waiting_too_long_for_a_turn_gets_a_json_503_busy(loop: LoopThread) -> None:
+    gate = IngestGate(slots=1, wait=0.05)
+    for receiver in _start(loop, gate=gate):
+        assert loop.run(gate.enter())
+        try:
+            code, headers, body = post(receiver.url, to_otlp_json(SPANS), JS)
+        finally:
+            loop.loop.call_soon_threadsafe(gate.leave)
+        assert code == 503 and headers["Retry-After"] == "1" and headers["Content-Type"].startswith("application/json")
+        assert json.loads(body) == {"code": 14, "message": "every ingest turn is taken; retry later"}
+        assert receiver.stats.requests_rejected == {("http", "busy"): 1} and receiver.server.budget.used == 0
+
+
+def test_a_large_gzip_body_is_decompressed_off_the_loop_and_delivered(receiver: Receiver) -> None:
+    """At least ``GUNZIP_IN_THREAD_BYTES`` compressed (here mostly empty gzip members)."""
+    body = gzip.compress(b"") * (otlp_http.GUNZIP_IN_THREAD_BYTES // 20) + gzip.compress(to_protobuf(SPANS))
+    assert len(body) >= otlp_http.GUNZIP_IN_THREAD_BYTES
+    assert post(receiver.url, body, {**PB, "Content-Encoding": "gzip"})[0] == 200
+    assert sorted(s.name for s in receiver.sink.spans) == ["ask", "retrieve"]
+
+
+def test_the_receiver_listens_on_the_given_host_and_port_only_and_close_stops_it(loop: LoopThread) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        wanted = probe.getsockname()[1]
+    settings = ReceiverSettings(SELECTION, 1 << 20)
+    server = loop.run(otlp_http.start("127.0.0.1", wanted, settings, Sink(), IngestStats()))
+    try:
+        assert server.port == wanted
+        socket.create_connection(("127.0.0.1", wanted), timeout=2).close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", wanted), timeout=2).close()
+    finally:
+        loop.run(server.close())
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", wanted), timeout=2).close()
+
+
+def test_closing_a_receiver_that_never_started_does_nothing(loop: LoopThread) -> None:
+    receiver = otlp_http.HttpReceiver(ReceiverSettings(SELECTION, 1 << 20), Sink(), IngestStats(), ListenerLimits(),
+                                      RateLimitedLog(logging.getLogger("ragmon")))
+    loop.run(receiver.close())
+
+
+def test_close_gives_a_request_stuck_in_the_handler_only_the_shutdown_timeout(
+    loop: LoopThread, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(otlp_http, "SHUTDOWN_TIMEOUT", 0.1)
+    gate = IngestGate(slots=1, wait=30.0)
+    payload = to_protobuf(SPANS)
+    settings = ReceiverSettings(SELECTION, 1 << 20)
+    server = loop.run(otlp_http.start("127.0.0.1", 0, settings, Sink(), IngestStats(), gate=gate))
+    assert loop.run(gate.enter())  # the request will wait for a turn
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(_head(len(payload)) + payload)
+        wait_until(lambda: server.budget.used == len(payload))
+        began = time.monotonic()
+        loop.run(server.close(), timeout=5)
+        assert time.monotonic() - began < 1.5
+    assert server.budget.used == 0
+
+
+def test_one_request_alone_may_exceed_the_in_flight_bytes(loop: LoopThread) -> None:
+    """The byte budget limits bodies read at once, never a single body (``max_body_bytes`` does)."""
+    payload = to_protobuf(SPANS)
+    assert len(payload) > 100
+    for receiver in _start(loop, limits=ListenerLimits(max_inflight_bytes=100)):
+        assert post(receiver.url, payload, PB)[0] == 200
+        assert len(receiver.sink.spans) == 2 and receiver.server.budget.used == 0

@@ -89,10 +89,18 @@ def test_buckets_count_per_the_le_rule(values: list[float]) -> None:
 def test_buckets_labels_and_validation() -> None:
     assert Buckets((0.005, 1, 60)).labels == ("0.005", "1.0", "60.0", "+Inf")
     assert Buckets((1.0, math.inf)).bounds == (1.0, math.inf)
+    assert Buckets((0.5,)).bounds == (0.5, math.inf)  # one bound: +Inf still appended
     with pytest.raises(ValueError):
         Buckets((1.0, 0.5))
     with pytest.raises(ValueError):
         Buckets(())
+
+
+def test_bulk_counts_have_an_entry_for_every_bucket() -> None:
+    """A numpy-sized batch that fills only the low buckets still reports every bucket."""
+    buckets = Buckets(BOUNDS)
+    assert buckets.count([0.05] * BULK_MIN) == ([BULK_MIN, 0, 0, 0, 0, 0], [])
+    assert buckets.count([0.05] * BULK_MIN, last=True) == ([BULK_MIN, 0, 0, 0, 0, 0], [BULK_MIN - 1, -1, -1, -1, -1, -1])
 
 
 @SETTINGS
@@ -145,10 +153,11 @@ def test_counter_scrapes_like_prometheus_client(increments: list[tuple[str, floa
 
 def test_counter_refuses_negative_amounts_like_prometheus_client() -> None:
     cell = CounterFamily("c", "Doc.", [], lambda: 1.0).cell(())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as ours:
         cell.inc(-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as reference:
         Counter("c", "Doc.", registry=None).inc(-1)
+    assert str(ours.value) == str(reference.value)
     assert cell.value == 0.0
 
 
@@ -269,3 +278,46 @@ def test_collected_families_are_copies_built_on_first_read() -> None:
     counter.cell(("a",)).inc()
     assert [s.value for s in collected[0].samples if s.name == "h_count"] == [1.0]
     assert [s.value for s in collected[1].samples if s.name == "c_total"] == [1.0]
+
+
+@pytest.mark.parametrize("max_series", [-1, True, 1.5])
+def test_a_series_budget_must_be_a_whole_number_of_series(max_series: object) -> None:
+    with pytest.raises(ValueError):
+        CounterFamily("c", "Doc.", ["x"], lambda: 1.0, max_series=max_series)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        HistogramFamily("h", "Doc.", ["x"], BOUNDS, lambda: 1.0, max_series=max_series)  # type: ignore[arg-type]
+
+
+def test_known_label_sets_stay_own_when_their_group_folds() -> None:
+    """A group with a new label set past the budget folds only the new ones."""
+    family = CounterFamily("c", "Doc.", ["service", "k"], lambda: 1.0, max_series=1, fold_labels={"service"})
+    own = family.cell(("a", "1"))
+    known, new = family.cells([("a", "1"), ("b", "1")])
+    assert known is own and isinstance(new, FoldedCell)
+    histogram = HistogramFamily("h", "Doc.", ["service", "k"], BOUNDS, lambda: 1.0, max_series=1, fold_labels={"service"})
+    own_series = histogram.series(("a", "1"))
+    known_series, new_series = histogram.series_group([("a", "1"), ("b", "1")])
+    assert known_series is own_series and isinstance(new_series, FoldedSeries)
+
+
+def test_folding_into_an_own_other_series_keeps_its_values() -> None:
+    """Traffic may name a service ``other`` (e.g. folded by the label limiter) before the budget
+    fills: later folded label sets add to that series, never restart it."""
+    family = CounterFamily("c", "Doc.", ["service", "k"], lambda: 1.0, max_series=1, fold_labels={"service"})
+    family.cell(("other", "1")).inc(2)
+    family.cell(("b", "1")).inc(3)
+    assert {labels: cell.value for labels, cell in family._cells.items()} == {("other", "1"): 5.0}
+    histogram = HistogramFamily("h", "Doc.", ["service", "k"], BOUNDS, lambda: 1.0, max_series=1, fold_labels={"service"})
+    histogram.add(histogram.series(("other", "1")), [0.2], None, 2.0)
+    histogram.add(histogram.series(("b", "1")), [0.3], None, 2.0)
+    other = histogram._series[("other", "1")]
+    assert (list(histogram._series), other.counts, other.sum) == ([("other", "1")], [0, 1, 1, 0, 0, 0], 0.5)
+
+
+def test_a_fold_series_is_stamped_created_like_any_other() -> None:
+    family = CounterFamily("c", "Doc.", ["service"], lambda: 7.0, max_series=0, fold_labels={"service"})
+    family.cell(("a",)).inc()
+    text = generate_latest(_registry(SeriesCollector([family], lambda: None))).decode()
+    assert 'c_total{service="other"} 1.0' in text
+    if getattr(prometheus_client.metrics, "_use_created", True):
+        assert 'c_created{service="other"} 7.0' in text

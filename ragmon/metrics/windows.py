@@ -126,8 +126,8 @@ class _Ring:
         current = self._index[slot]
         if current == b:
             return slot
-        if current > b:
-            return -1
+        if current > b or b <= self._top - self.buckets:
+            return -1  # older than what the ring holds, even if its slot was freed
         self._expire(b)
         self._index[slot] = b
         if b < self._low:
