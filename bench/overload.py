@@ -80,6 +80,8 @@ class LoadResult:
     refused: int = 0
     refused_without_delay: int = 0
     delays: Counter[float] = field(default_factory=Counter)
+    refusals: Counter[str] = field(default_factory=Counter)
+    """Refusals by answer: HTTP status or gRPC code."""
     other: Counter[str] = field(default_factory=Counter)
     latencies: list[float] = field(default_factory=list)
     idle_open_at_end: int = 0
@@ -108,6 +110,7 @@ async def _http_worker(url: str, traffic: ingest.Traffic, next_body: Any, t1: fl
                     continue
                 if status in (429, 503):
                     result.refused += 1
+                    result.refusals[str(status)] += 1
                     if retry_after is None or not retry_after.isdigit():
                         result.refused_without_delay += 1
                         await asyncio.sleep(1.0)
@@ -140,6 +143,7 @@ async def _grpc_worker(target: str, next_body: Any, t1: float, result: LoadResul
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):
                         result.refused += 1
+                        result.refusals[exc.code().name] += 1
                         delay = None
                         for key, value in exc.trailing_metadata() or ():
                             if key == "google.rpc.retryinfo-bin":
@@ -396,7 +400,7 @@ def _report(args: argparse.Namespace, config: Config, load: LoadResult | None, r
         lat = sorted(load.latencies)
         p = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else math.nan)
         print(f"  acknowledged   {load.acked_spans:>12,} spans ({load.acked_spans / args.seconds:,.0f}/s), {load.acked_traces:,} traces")
-        print(f"  refused        {load.refused:>12,} requests ({refused_share:.0%} of answers), retry delays {dict(load.delays)}")
+        print(f"  refused        {load.refused:>12,} requests ({refused_share:.0%} of answers), {dict(load.refusals)}, retry delays {dict(load.delays)}")
         print(f"  latency        p50 {p(0.5):.0f} ms, p99 {p(0.99):.0f} ms (accepted requests)")
         if args.idle_connections:
             print(f"  idle clients   {load.idle_opened:,} opened, {load.idle_open_at_end:,} still open at the end")

@@ -228,8 +228,10 @@ def test_an_ipv6_host_is_served(loop: LoopThread) -> None:
         loop.run(server.stop(None))
 
 
-def test_rpcs_past_the_concurrency_cap_get_resource_exhausted(loop: LoopThread) -> None:
-    """With every ingest turn taken, ``concurrent_rpcs`` exports wait; one more is refused at once."""
+def test_exports_past_the_concurrency_cap_get_unavailable_with_retry_info_and_are_counted(loop: LoopThread) -> None:
+    """With every ingest turn taken, ``concurrent_rpcs`` exports wait; one more is refused at
+    once with UNAVAILABLE + ``RetryInfo`` (an exporter retries it; RESOURCE_EXHAUSTED without
+    ``RetryInfo`` it would drop) and counted; the waiting ones are all scored afterwards."""
     gate = IngestGate(slots=1, wait=10.0)
     for receiver in _start(loop, gate=gate):
         cap = otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 1 << 20), ListenerLimits())
@@ -237,12 +239,40 @@ def test_rpcs_past_the_concurrency_cap_get_resource_exhausted(loop: LoopThread) 
         body = to_protobuf(SPANS)
         with grpc.insecure_channel(receiver.url) as channel:
             export = channel.unary_unary(METHOD)
-            first: queue.SimpleQueue[grpc.StatusCode] = queue.SimpleQueue()
+            first: queue.SimpleQueue[grpc.Future] = queue.SimpleQueue()
             calls = [export.future(body, timeout=20) for _ in range(cap + 1)]
             for call in calls:
-                call.add_done_callback(lambda done: first.put(done.code()))
-            assert first.get(timeout=10) == grpc.StatusCode.RESOURCE_EXHAUSTED
+                call.add_done_callback(first.put)
+            refused = first.get(timeout=10)
+            _assert_unavailable_with_retry_info(refused.exception(), "ragmon is reading too many exports; retry later")
+            assert receiver.stats.requests_rejected[("grpc", "inflight_bytes")] == 1
             loop.loop.call_soon_threadsafe(gate.leave)
             codes = Counter(call.code() for call in calls)
-        assert codes == {grpc.StatusCode.OK: cap, grpc.StatusCode.RESOURCE_EXHAUSTED: 1}
+        assert codes == {grpc.StatusCode.OK: cap, grpc.StatusCode.UNAVAILABLE: 1}
         assert len(receiver.sink.spans) == 2 * cap
+        _call(receiver.url, body)  # every slot given back: the next export is read at once
+        assert len(receiver.sink.spans) == 2 * cap + 2
+
+
+def test_a_message_slower_than_body_timeout_gets_deadline_exceeded_and_is_counted(loop: LoopThread) -> None:
+    for receiver in _start(loop, limits=ListenerLimits(body_timeout=0.3)):
+        def slow() -> Iterator[bytes]:
+            time.sleep(1.5)
+            yield to_protobuf(SPANS)
+
+        with grpc.insecure_channel(receiver.url) as channel:
+            export = channel.stream_unary(METHOD)
+            with pytest.raises(grpc.RpcError) as info:
+                export(slow(), timeout=10)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert receiver.stats.requests_rejected[("grpc", "timeout")] == 1 and not receiver.sink.spans
+        _call(receiver.url, to_protobuf(SPANS))
+        assert len(receiver.sink.spans) == 2
+
+
+def test_a_call_with_no_message_is_invalid_argument(receiver: Receiver) -> None:
+    with grpc.insecure_channel(receiver.url) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            channel.stream_unary(METHOD)(iter(()), timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert receiver.stats.requests_rejected[("grpc", "decode")] == 1

@@ -23,7 +23,7 @@ SPAN_REJECT_REASONS = (
 REQUEST_REJECT_REASONS = {
     "http": ("busy", "unauthorized", "content_type", "content_encoding", "too_large", "decode", "malformed",
              "aborted", "timeout", "inflight_bytes", "shutting_down"),
-    "grpc": ("busy", "unauthorized", "decode"),
+    "grpc": ("busy", "unauthorized", "decode", "timeout", "inflight_bytes"),
 }
 """``reason`` values of ``ragmon_requests_rejected_total`` per protocol (exported at 0)."""
 

@@ -3,16 +3,22 @@
 The method takes raw bytes so a request is parsed once, by ``ragmon.decode``. Status codes as
 the OTLP specification says: INVALID_ARGUMENT for an undecodable request, UNAUTHENTICATED for
 a bad token, RESOURCE_EXHAUSTED past the size limit (enforced by gRPC), UNAVAILABLE with
-``RetryInfo`` when the pipeline is full or ragmon is shutting down; success carries
-``partial_success`` when some spans were rejected. gzip request compression is handled by gRPC.
+``RetryInfo`` when too many exports are being read, every decode turn is taken, the pipeline
+is full or ragmon is shutting down; DEADLINE_EXCEEDED when a message takes longer than
+``body_timeout`` to arrive; success carries ``partial_success`` when some spans were rejected.
+gzip request compression is handled by gRPC.
 
-Limits are gRPC's own: connections (``grpc.max_allowed_incoming_connections``, enforced before
-the handshake), a handshake timeout (``header_timeout``), an idle-connection timeout and a cap
-on RPCs in progress (messages being read count), from ``ListenerLimits``.
+The method is served as client-streaming (one message on the wire, as a unary call sends) so
+the handler decides before the message is read: an export past ``concurrent_rpcs`` is
+refused without its body ever being buffered. gRPC's own limits: connections
+(``grpc.max_allowed_incoming_connections``, enforced before the handshake), a handshake
+timeout (``header_timeout``), an idle-connection timeout, and a backstop of
+``BACKSTOP`` × the RPC cap that gRPC answers RESOURCE_EXHAUSTED itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -35,11 +41,15 @@ SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
 MIN_CONCURRENT_RPCS = 64
+BACKSTOP = 4
+"""gRPC refuses RPCs itself (RESOURCE_EXHAUSTED, before ragmon sees them) past this many times
+``concurrent_rpcs``: those refused by ragmon cost a few hundred bytes each until answered."""
 
 
 def concurrent_rpcs(settings: ReceiverSettings, limits: ListenerLimits) -> int:
-    """RPCs in progress at once (gRPC answers RESOURCE_EXHAUSTED past it): enough full-size
-    messages to fill ``max_inflight_bytes``, and never fewer than ``MIN_CONCURRENT_RPCS``."""
+    """Exports being read at once (ragmon answers UNAVAILABLE + ``RetryInfo`` past it): enough
+    full-size messages to fill ``max_inflight_bytes``, and never fewer than
+    ``MIN_CONCURRENT_RPCS``."""
     return max(MIN_CONCURRENT_RPCS, limits.max_inflight_bytes // max(1, settings.max_body_bytes))
 
 
@@ -66,37 +76,66 @@ def _retry_metadata(message: str) -> tuple[tuple[str, bytes], ...]:
 
 def _handler(
     settings: ReceiverSettings, sink: SpanSink, stats: IngestStats, log: RateLimitedLog, gate: IngestGate,
+    limits: ListenerLimits,
 ) -> grpc.GenericRpcHandler:
+    cap = concurrent_rpcs(settings, limits)
+    reading = 0  # exports past the cap check and not yet answered
+
     def reject(reason: str, context: grpc.aio.ServicerContext[Any, Any], detail: str) -> None:
         stats.requests_rejected[(PROTOCOL, reason)] += 1
         log.warn(f"OTLP/gRPC {reason}", context.peer(), detail)
 
-    async def export(body: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+    async def unavailable(context: grpc.aio.ServicerContext[Any, Any], message: str) -> None:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, message, _retry_metadata(message))
+
+    async def read_one(context: grpc.aio.ServicerContext[Any, Any]) -> bytes | None:
+        # context.read(), not the request iterator: the iterator reads ahead (RSS 1.1 GB where
+        # this keeps 0.45 GB under bench/overload.py --protocol grpc --concurrency 128)
+        body = await context.read()
+        return None if body is grpc.aio.EOF else body
+
+    async def export(_requests: object, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        nonlocal reading
         if settings.token:
             given = dict(context.invocation_metadata() or ()).get("authorization")
             if not bearer_token_matches(given, settings.token):
                 reject("unauthorized", context, "missing or wrong bearer token")
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-        if not await gate.enter():
-            reject("busy", context, "UNAVAILABLE, every ingest turn is taken")
-            message = "ragmon is busy; retry later"
-            await context.abort(grpc.StatusCode.UNAVAILABLE, message, _retry_metadata(message))
+        if reading >= cap:
+            reject("inflight_bytes", context, f"UNAVAILABLE, {cap} exports are being read")
+            await unavailable(context, "ragmon is reading too many exports; retry later")
+        reading += 1
         try:
-            decoded = await decode_body(decode_protobuf, body, settings.selection)
-        except DecodeError as exc:
-            reject("decode", context, str(exc))
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            try:
+                async with asyncio.timeout(limits.body_timeout):
+                    body = await read_one(context)
+            except TimeoutError:
+                reject("timeout", context, f"the message took longer than {limits.body_timeout:g} s")
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the message arrived too slowly")
+            if body is None:
+                reject("decode", context, "no message")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no message")
+                return b""  # not reached: abort raises
+            if not await gate.enter():
+                reject("busy", context, "UNAVAILABLE, every ingest turn is taken")
+                await unavailable(context, "ragmon is busy; retry later")
+            try:
+                decoded = await decode_body(decode_protobuf, body, settings.selection)
+            except DecodeError as exc:
+                reject("decode", context, str(exc))
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            finally:
+                gate.leave()
         finally:
-            gate.leave()
+            reading -= 1
         response = hand_over(decoded, sink, stats, PROTOCOL)
         if response is None:
-            message = f"ragmon is {sink.refusal.replace('_', ' ')}; retry later"
             log.warn(f"OTLP/gRPC {sink.refusal}", context.peer(), "UNAVAILABLE, spans refused; the exporter retries")
-            await context.abort(grpc.StatusCode.UNAVAILABLE, message, _retry_metadata(message))
+            await unavailable(context, f"ragmon is {sink.refusal.replace('_', ' ')}; retry later")
             return b""  # not reached: abort raises
         return bytes(response.SerializeToString())
 
-    method = grpc.unary_unary_rpc_method_handler(export)  # bytes in, bytes out
+    method = grpc.stream_unary_rpc_method_handler(export)  # bytes in, bytes out; see the module's docstring
     return grpc.method_handlers_generic_handler(SERVICE, {"Export": method})
 
 
@@ -109,10 +148,10 @@ async def start(
     limits = limits or ListenerLimits()
     server = grpc.aio.server(
         options=server_options(settings, limits),
-        maximum_concurrent_rpcs=concurrent_rpcs(settings, limits),
+        maximum_concurrent_rpcs=BACKSTOP * concurrent_rpcs(settings, limits),
     )
     log = log or RateLimitedLog(logging.getLogger("ragmon"))
-    server.add_generic_rpc_handlers((_handler(settings, sink, stats, log, gate or IngestGate()),))
+    server.add_generic_rpc_handlers((_handler(settings, sink, stats, log, gate or IngestGate(), limits),))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
