@@ -48,7 +48,7 @@ from ragmon.config import JudgeConfig  # noqa: E402
 from ragmon.judge.client import JudgeClient, JudgeEndpoint  # noqa: E402
 from ragmon.judge.runner import Judge, Judgement  # noqa: E402
 from ragmon.model import RagRecord, RetrievedDocument  # noqa: E402
-from ragmon.pricing import Pricer  # noqa: E402
+from ragmon.scoring.pricing import Pricer  # noqa: E402
 
 _VERDICT = json.dumps({"faithfulness": {"claims": [
     {"claim": "a", "supported": True}, {"claim": "b", "supported": False}, {"claim": "c", "supported": True},

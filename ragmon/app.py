@@ -27,22 +27,22 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from ragmon import __version__
-from ragmon.assembly import TraceAssembler
-from ragmon.auth import bearer_token_matches
 from ragmon.config import Config, parse_duration, parse_listen
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
-from ragmon.exporter import RagMetrics, StatsCollector, scrape, self_metrics
+from ragmon.export.exporter import RagMetrics, StatsCollector, scrape, self_metrics
+from ragmon.groundtruth.prober import Probes
+from ragmon.groundtruth.relevance import Qrels, read_qrels
 from ragmon.judge.stage import JudgeStage
-from ragmon.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
 from ragmon.model import RagRecord
-from ragmon.relevance import Qrels, read_qrels
-from ragmon.pipeline import Pipeline
-from ragmon.pricing import Pricer
-from ragmon.probe import Probes
-from ragmon.ratelog import RateLimitedLog, held_back
-from ragmon.scoring import RecordScores, score_record
+from ragmon.pipeline.assembly import TraceAssembler
+from ragmon.pipeline.queue import Pipeline
 from ragmon.receivers import otlp_grpc, otlp_http
+from ragmon.receivers.auth import bearer_token_matches
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
+from ragmon.receivers.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
+from ragmon.receivers.ratelog import RateLimitedLog, held_back
+from ragmon.scoring.pricing import Pricer
+from ragmon.scoring.records import RecordScores, score_record
 
 __all__ = ["Sidecar", "run"]
 

@@ -10,11 +10,12 @@ from typing import NoReturn
 from ragmon import __version__
 from ragmon.config import Config, ConfigError, check_document_id_place, load_config
 from ragmon.errors import InputError, RagmonError, UsageError
+from ragmon.groundtruth.relevance import read_golden_queries
 from ragmon.offline.compare import compare_runs
 from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold
-from ragmon.offline.records import EvalRecord, Qrels, read_qrels, read_records
+from ragmon.offline.files import read_records
+from ragmon.offline.records import EvalRecord, Qrels, read_qrels
 from ragmon.offline.report import FORMATS, render_compare, render_eval
-from ragmon.relevance import read_golden_queries
 
 __all__ = ["main"]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragmon.errors import RagmonError
+from ragmon.groundtruth.jsonpath import parse_path
 
 __all__ = [
     "ConfigError",
@@ -404,13 +405,16 @@ def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Conf
     return Config(**sections)
 
 
+def probe_name(config: ProbeConfig) -> str:
+    """The ``probe`` label: the configured name, else the URL."""
+    return config.name or config.url
+
+
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def _check_probes(probes: tuple[ProbeConfig, ...], scoring: ScoringConfig, problems: list[str]) -> None:
     """What one ``[[probe]]`` table cannot tell: URL, method, paths, unique names, a dataset."""
-    from ragmon.probe import parse_path, probe_name  # ragmon.probe imports this module
-
     names: dict[str, int] = {}
     for i, probe in enumerate(probes):
         if not probe.url:

@@ -4,7 +4,7 @@
 (records what Alertmanager POSTs), ``prometheus-alertmanager`` (the repository's
 ``deploy/alertmanager/alertmanager.yml`` with short timers and every receiver pointed at the
 webhook), a scripted OpenAI-compatible judge (``judge_server.py``), ``ragmon run`` as a
-subprocess, the rule file printed by ``python -m ragmon.rules`` with short windows, and
+subprocess, the rule file printed by ``python -m ragmon.ops.rules`` with short windows, and
 ``prometheus`` scraping ragmon every second. ``Traffic`` is a RAG app instrumented with the
 OpenTelemetry SDK (OpenInference attributes, batch span processor, OTLP/HTTP exporter) whose
 retrieval quality can be switched per variant. ``dashboard_targets`` and ``resolve_variables``
@@ -500,7 +500,7 @@ class RuleSettings:
 
     def argv(self) -> list[str]:
         return [
-            sys.executable, "-m", "ragmon.rules", "--for-scale", repr(self.for_scale),
+            sys.executable, "-m", "ragmon.ops.rules", "--for-scale", repr(self.for_scale),
             "--set", f"window={self.window}", "--set", f"baseline={self.baseline}",
             "--set", f"min_queries={self.min_queries}",
         ]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ragmon.assembly import AssemblyStats, FinishReason, TraceAssembler, local_root
+from ragmon.pipeline.assembly import AssemblyStats, FinishReason, TraceAssembler, local_root
 from ragmon.config import TracesConfig
 from ragmon.model import Span, Trace
 

@@ -33,7 +33,7 @@ from ragmon.conventions import (
     extract_rag_record,
     span_selection,
 )
-from ragmon.decode import decode_json, decode_protobuf
+from ragmon.otlp.decode import decode_json, decode_protobuf
 from ragmon.model import Evaluation, LlmCall, RagRecord, RetrievedDocument, Span, Trace
 
 T0 = 1_700_000_000_000_000_000

@@ -29,7 +29,7 @@ from test_sidecar import scrape, wait_for
 from test_sidecar_judge import ANSWER, DOCS, running
 
 from ragmon.config import JudgeConfig, ProbeConfig
-from ragmon.dashboard import UID, main, render_dashboard
+from ragmon.ops.dashboard import UID, main, render_dashboard
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
@@ -137,9 +137,9 @@ def _exprs() -> list[str]:
 
 
 def test_committed_json_is_the_generators_output() -> None:
-    """Regenerate with: python -m ragmon.dashboard > grafana/dashboards/ragmon.json"""
+    """Regenerate with: python -m ragmon.ops.dashboard > grafana/dashboards/ragmon.json"""
     printed = subprocess.run(
-        [sys.executable, "-m", "ragmon.dashboard"], capture_output=True, text=True, check=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "ragmon.ops.dashboard"], capture_output=True, text=True, check=True, cwd=ROOT, timeout=60
     ).stdout
     assert printed == render_dashboard() == DASHBOARD_FILE.read_text()
 

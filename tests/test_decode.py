@@ -1,4 +1,4 @@
-"""``ragmon.decode``: OTLP protobuf and JSON bodies made by the real OpenTelemetry SDK."""
+"""``ragmon.otlp.decode``: OTLP protobuf and JSON bodies made by the real OpenTelemetry SDK."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 from otel_helpers import record_spans, to_otlp_json, to_protobuf
 
-from ragmon.decode import DecodeError, SpanSelection, count_spans, decode_json, decode_protobuf
+from ragmon.otlp.decode import DecodeError, SpanSelection, count_spans, decode_json, decode_protobuf
 from ragmon.model import AttributeFilter
 
 SELECTION = SpanSelection(
@@ -159,7 +159,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue  # noqa: E402
 
-from ragmon.otlp_wire import TraceRequest  # noqa: E402
+from ragmon.otlp.wire import TraceRequest  # noqa: E402
 
 _KEYS = st.sampled_from(["openinference.span.kind", "retrieval.documents.0.document.id", "ragmon.x", "http.route", "db.system", "ragmon.variant", "service.name"])
 _SCALARS = st.one_of(

@@ -1,4 +1,4 @@
-"""``ragmon.decode`` against hostile bodies: nesting, size accounting, JSON numbers and text.
+"""``ragmon.otlp.decode`` against hostile bodies: nesting, size accounting, JSON numbers and text.
 
 Every shape is decoded from protobuf and from OTLP/JSON. Memory is measured for real
 (``tracemalloc``: what the decoded spans hold once the request is freed) and compared with
@@ -25,7 +25,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span as PbSpan
 from otel_helpers import record_spans, to_otlp_json, to_protobuf
 
 from ragmon.conventions import SELECTION as CONVENTIONS
-from ragmon.decode import (
+from ragmon.otlp.decode import (
     MAX_EVENTS,
     MAX_VALUE_DEPTH,
     Decoded,

@@ -186,7 +186,7 @@ def test_podmonitor_selects_the_pods_and_their_metrics_port(name: str) -> None:
         ports = {p["name"]: p["containerPort"] for c in [*spec.get("initContainers", []), *spec["containers"]] for p in c.get("ports", [])}
         assert ports[endpoint["port"]] == 9464, path
     # the job label, "<namespace>/<name>", matches the rules' job_regex
-    from ragmon.rules import Thresholds
+    from ragmon.ops.rules import Thresholds
 
     assert re.fullmatch(Thresholds().job_regex, f"default/{pm['metadata']['name']}")
 
@@ -307,7 +307,7 @@ def test_prometheus_config_scrapes_ragmon_and_loads_the_rules() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     assert config["rule_files"] == ["ragmon-rules.yml"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    from ragmon.rules import Thresholds
+    from ragmon.ops.rules import Thresholds
 
     ragmon_jobs = [name for name in jobs if re.fullmatch(Thresholds().job_regex, name)]
     assert ragmon_jobs == ["ragmon"]
@@ -498,7 +498,7 @@ def test_example_app_feeds_a_real_ragmon() -> None:
     assert values[("ragmon_request_duration_seconds_count", frozenset({**sv, "stage": "total"}.items()))] == 40
 
     # every ragmon series the rules read is one ragmon exports (no drift between the two)
-    from ragmon.rules import rule_groups
+    from ragmon.ops.rules import rule_groups
 
     exported: set[str] = set()
     for family in text_string_to_metric_families(text):

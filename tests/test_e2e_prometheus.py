@@ -1,5 +1,5 @@
 """End to end in CI: a real ``ragmon run`` fed by the OpenTelemetry SDK, scraped every second by
-Debian's Prometheus with the rules ``python -m ragmon.rules`` generates (windows and ``for:``
+Debian's Prometheus with the rules ``python -m ragmon.ops.rules`` generates (windows and ``for:``
 shortened through its options), alerting through Debian's Alertmanager (the deploy/ config,
 timers shortened) to a webhook the test runs.
 
@@ -42,7 +42,7 @@ from e2e_stack import (
     wait_until,
 )
 
-from ragmon.rules import ALERTS, RUNBOOK_URL, parse_duration
+from ragmon.ops.rules import ALERTS, RUNBOOK_URL, parse_duration
 
 RULES = RuleSettings(window="20s", baseline="30s", min_queries=15, for_scale=0.01)
 RATE = 4.0

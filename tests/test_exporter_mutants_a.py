@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from ragmon import __version__
-from ragmon.exporter import RagMetrics, scrape
-from ragmon.labels import OTHER
+from ragmon.export.exporter import RagMetrics, scrape
+from ragmon.export.labels import OTHER
 from ragmon.model import RagRecord
-from ragmon.scoring import PricedCall, RecordScores, RetrievalScore
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 WALL = 1_700_000_000.0
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")

@@ -15,13 +15,13 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from test_metrics_bounds import Samples, parse, total
 
-from ragmon.assembly import AssemblyStats
-from ragmon.exporter import GZIP_LEVEL, RagMetrics, collect_families, encode_families, gzip_accepted, self_metrics
-from ragmon.labels import OTHER
+from ragmon.pipeline.assembly import AssemblyStats
+from ragmon.export.exporter import GZIP_LEVEL, RagMetrics, collect_families, encode_families, gzip_accepted, self_metrics
+from ragmon.export.labels import OTHER
 from ragmon.model import RagRecord
-from ragmon.pipeline import PipelineStats
+from ragmon.pipeline.queue import PipelineStats
 from ragmon.receivers.ingest import IngestStats
-from ragmon.scoring import PricedCall, RecordScores, RetrievalScore
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 KS = (1, 3)
 WALL = 1_700_000_000.5

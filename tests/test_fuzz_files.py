@@ -21,7 +21,7 @@ from ragmon.app import Sidecar
 from ragmon.cli import file_problems, main
 from ragmon.config import Config, ConfigError, config_from_mapping, load_config
 from ragmon.errors import InputError
-from ragmon.relevance import read_golden_queries, read_qrels
+from ragmon.groundtruth.relevance import read_golden_queries, read_qrels
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

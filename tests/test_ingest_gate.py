@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ragmon.decode import Decoded
+from ragmon.otlp.decode import Decoded
 from ragmon.model import Span
 from ragmon.receivers.ingest import IngestGate, IngestStats, hand_over
 

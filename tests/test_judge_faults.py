@@ -38,7 +38,7 @@ from judge_server import (
 )
 from test_judge_runner import EMAIL, MODEL, Harness, _NoCalls, config, record, run
 from ragmon.config import JudgeConfig, Price
-from ragmon.exporter import RagMetrics
+from ragmon.export.exporter import RagMetrics
 from ragmon.judge import runner as runner_module
 from ragmon.judge.breaker import BreakerState, CircuitBreaker
 from ragmon.judge.client import MAX_REPLY_BYTES, Completion
@@ -49,7 +49,7 @@ from ragmon.judge.runner import CompletionClient, Judge, Judgement
 from ragmon.judge.sampling import JudgeAdmission
 from ragmon.judge.stage import JudgeStage
 from ragmon.model import RagRecord, RetrievedDocument
-from ragmon.pricing import Pricer, PriceResult
+from ragmon.scoring.pricing import Pricer, PriceResult
 
 FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None)
 

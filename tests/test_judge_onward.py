@@ -10,7 +10,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ragmon.conventions import SELECTION
-from ragmon.decode import decode_protobuf
+from ragmon.otlp.decode import decode_protobuf
 from ragmon.judge.onward import EVENT, EvaluationResult, EvaluationSender, evaluation_request
 
 TRACE = bytes(range(1, 17))

@@ -22,7 +22,7 @@ from ragmon.judge.prompts import EVALUATORS, JudgeRequest, applicable_evaluators
 from ragmon.judge.redact import Redactor
 from ragmon.judge.runner import OUTCOMES, Judge, Judgement
 from ragmon.model import RagRecord, RetrievedDocument
-from ragmon.pricing import Pricer
+from ragmon.scoring.pricing import Pricer
 
 MODEL = "judge-model"
 ALL = EVALUATORS

@@ -20,7 +20,7 @@ from ragmon.judge.client import Completion
 from ragmon.judge.prompts import JudgeRequest
 from ragmon.judge.runner import OUTCOMES, Judge, Judgement
 from ragmon.model import RagRecord, RetrievedDocument
-from ragmon.pricing import Pricer, PriceResult
+from ragmon.scoring.pricing import Pricer, PriceResult
 
 SECRET = "CONTENT-SECRET-31c7"
 

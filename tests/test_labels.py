@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragmon.labels import OTHER, LabelLimiter
+from ragmon.export.labels import OTHER, LabelLimiter
 
 
 def test_one_value_per_label_keeps_the_first_and_counts_every_fold() -> None:

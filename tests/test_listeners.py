@@ -23,8 +23,8 @@ from test_receiver_http import PB, SELECTION, SPANS, Sink
 
 from ragmon.app import _on_loop_error, connection_caps
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
-from ragmon.listeners import ListenerLimits, ListenerStats
-from ragmon.ratelog import RateLimitedLog
+from ragmon.receivers.listeners import ListenerLimits, ListenerStats
+from ragmon.receivers.ratelog import RateLimitedLog
 from ragmon.receivers import otlp_http
 from ragmon.receivers.ingest import IngestStats, ReceiverSettings
 

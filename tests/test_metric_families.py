@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ragmon.app import Sidecar
 from ragmon.config import Config
-from ragmon.exporter import scrape
+from ragmon.export.exporter import scrape
 from ragmon.model import RagRecord
-from ragmon.scoring import PricedCall, RecordScores, RetrievalScore
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 GOLDEN = Path(__file__).parent / "data" / "metric_families.txt"
 TRAFFIC_LABELS = frozenset({"service", "variant", "model", "version"})

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from ragmon.config import MetricsConfig, ScoringConfig
-from ragmon.exporter import LATENCY_BUCKETS, SCORE_BUCKETS, RagMetrics
-from ragmon.labels import OTHER, LabelLimiter
+from ragmon.export.exporter import LATENCY_BUCKETS, SCORE_BUCKETS, RagMetrics
+from ragmon.export.labels import OTHER, LabelLimiter
 from ragmon.model import RagRecord
-from ragmon.scoring import PricedCall, RecordScores, RetrievalScore
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 KS = (1, 3, 5, 10)
 WINDOWS = (300.0, 3600.0)

@@ -13,12 +13,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from ragmon.assembly import TraceAssembler
-from ragmon.exporter import MAX_BUFFERED, RagMetrics
+from ragmon.pipeline.assembly import TraceAssembler
+from ragmon.export.exporter import MAX_BUFFERED, RagMetrics
 from ragmon.model import RagRecord, Span, Trace
-from ragmon.pipeline import _SLICE, Pipeline, PipelineStats
-from ragmon.pricing import Pricer
-from ragmon.scoring import PricedCall, RecordScores, RetrievalScore, score_record
+from ragmon.pipeline.queue import _SLICE, Pipeline, PipelineStats
+from ragmon.scoring.pricing import Pricer
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, score_record
 
 
 def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
@@ -67,7 +67,7 @@ def test_no_offers_after_shutdown() -> None:
 
 def test_judged_retrieval_matches_the_metric_core_and_scores_a_judged_miss_zero() -> None:
     from ragmon.metrics import retrieval
-    from ragmon.scoring import score_judged_retrieval
+    from ragmon.scoring.records import score_judged_retrieval
 
     ranking = ["a", "b", "a", "c", "d"]
     score = score_judged_retrieval(ranking, ["c", "x"], [1, 3, 5])
@@ -307,7 +307,7 @@ def test_a_trace_that_fails_is_counted_and_the_worker_goes_on() -> None:
 
     pipeline, metrics = _counting_pipeline(extract)
     registry = CollectorRegistry()
-    from ragmon.exporter import StatsCollector, self_metrics
+    from ragmon.export.exporter import StatsCollector, self_metrics
     from ragmon.receivers.ingest import IngestStats
 
     registry.register(StatsCollector(lambda: self_metrics(IngestStats(), pipeline._assembler.stats(), pipeline.stats())))
@@ -333,7 +333,7 @@ def test_a_trace_that_fails_is_counted_and_the_worker_goes_on() -> None:
 def test_the_worker_yields_while_it_moves_a_full_queue_into_assembly() -> None:
     """A full queue (200,000 spans at the default) is moved in steps of at most ``_TAKE_SPANS``
     spans with a yield between them: liveness, scrapes and ingest keep their turns."""
-    from ragmon.pipeline import _TAKE_SPANS
+    from ragmon.pipeline.queue import _TAKE_SPANS
 
     pipeline, _ = _counting_pipeline(lambda trace: None, max_spans=100_000, max_bytes=1 << 30)
     batch = 1000
@@ -457,7 +457,7 @@ def test_scoring_yields_to_the_loop_once_per_slice_of_traces() -> None:
 
 def test_the_worker_moves_exactly_take_spans_per_step_then_yields() -> None:
     """A step moves whole batches until ``_TAKE_SPANS`` spans are moved, then yields one turn."""
-    from ragmon.pipeline import _TAKE_SPANS
+    from ragmon.pipeline.queue import _TAKE_SPANS
 
     pipeline = _recording_pipeline(lambda trace: None, lambda record: None, [0.0], [])
 

@@ -1,4 +1,4 @@
-"""Tests for ragmon.pricing: the cost rule, matching, genai-prices parity, caching, offline.
+"""Tests for ragmon.scoring.pricing: the cost rule, matching, genai-prices parity, caching, offline.
 
 Expected table prices are computed through genai-prices' public ``calc_price`` for the same
 tokens, never hard-coded, so these tests follow the installed package's data.
@@ -24,8 +24,8 @@ from genai_prices.data import providers as bundled_providers
 from genai_prices.types import ClauseEquals, ModelInfo, ModelPrice, Provider, Tier, TieredPrices
 
 from ragmon.config import Config, Price
-from ragmon import pricing
-from ragmon.pricing import Pricer, PriceResult, _compile, _package_total, _TableRate
+from ragmon.scoring import pricing
+from ragmon.scoring.pricing import Pricer, PriceResult, _compile, _package_total, _TableRate
 
 LATEST = datetime(9999, 12, 31, 12, 0, tzinfo=UTC)
 
@@ -494,7 +494,7 @@ def test_import_and_pricing_use_no_network() -> None:
         socket.socket = NoSocket
         socket.create_connection = blocked
         socket.getaddrinfo = blocked
-        from ragmon.pricing import Pricer
+        from ragmon.scoring.pricing import Pricer
         p = Pricer()
         assert p.price("gpt-4o-mini", "openai", 100, 10).source == "table"
         assert p.price("llama3", None, 100, 10).source == "unpriced"

@@ -37,9 +37,10 @@ from ragmon.config import (
 )
 from ragmon.errors import InputError
 from ragmon.judge.lexical import lexical_faithfulness
-from ragmon.probe import OUTCOMES, RESULTS, ProbeRegistry, fill_template, parse_path, select
-from ragmon.relevance import read_golden_queries
-from ragmon.scoring import ProbeLabels
+from ragmon.groundtruth.jsonpath import parse_path, select
+from ragmon.groundtruth.prober import OUTCOMES, RESULTS, ProbeRegistry, fill_template
+from ragmon.groundtruth.relevance import read_golden_queries
+from ragmon.scoring.records import ProbeLabels
 
 # (query, the app's ranking for it, golden relevant ids): reciprocal ranks 1, 1/2, 0, 1/3
 QUERIES = [

@@ -29,10 +29,10 @@ from otel_helpers import record_spans, to_otlp_json, to_protobuf
 from net_helpers import exchange, has_traceback, problem_lines, read_all, status, wait_until
 from server_helpers import LoopThread, post
 
-from ragmon.decode import SpanSelection
+from ragmon.otlp.decode import SpanSelection
 from ragmon.model import AttributeFilter, Span
-from ragmon.listeners import ListenerLimits
-from ragmon.ratelog import RateLimitedLog
+from ragmon.receivers.listeners import ListenerLimits
+from ragmon.receivers.ratelog import RateLimitedLog
 from ragmon.receivers import otlp_http
 from ragmon.receivers.gunzip import TooLarge, gunzip
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings

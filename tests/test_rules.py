@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ragmon.rules import (
+from ragmon.ops.rules import (
     ALERTS,
     RUNBOOK_URL,
     Thresholds,
@@ -351,7 +351,7 @@ def test_guard_is_what_keeps_the_guard_case_quiet(tmp_path: Path, alert: str, ca
 
 @pytest.mark.parametrize("path", [RULE_FILE], ids=["ragmon-rules.yml"])
 def test_committed_rule_file_is_generated_and_valid(tmp_path: Path, path: Path) -> None:
-    assert path.read_text() == render_rules(), "regenerate: python -m ragmon.rules > deploy/prometheus/ragmon-rules.yml"
+    assert path.read_text() == render_rules(), "regenerate: python -m ragmon.ops.rules > deploy/prometheus/ragmon-rules.yml"
     result = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -359,7 +359,7 @@ def test_committed_rule_file_is_generated_and_valid(tmp_path: Path, path: Path) 
 def test_committed_prometheus_rule_is_generated_and_in_sync(tmp_path: Path) -> None:
     text = PROMETHEUS_RULE.read_text()
     assert text == render_rules(kubernetes=True), (
-        "regenerate: python -m ragmon.rules --kubernetes > deploy/kubernetes/prometheusrule.yaml"
+        "regenerate: python -m ragmon.ops.rules --kubernetes > deploy/kubernetes/prometheusrule.yaml"
     )
     obj = yaml.safe_load(text)
     assert obj["apiVersion"] == "monitoring.coreos.com/v1" and obj["kind"] == "PrometheusRule"

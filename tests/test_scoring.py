@@ -14,8 +14,8 @@ from strategies import SETTINGS, graded_relevance, rankings
 from ragmon.config import Price
 from ragmon.metrics import retrieval
 from ragmon.model import LlmCall, RagRecord, RetrievedDocument
-from ragmon.pricing import Pricer
-from ragmon.scoring import PricedCall, ProbeLabels, score_record, score_retrieval
+from ragmon.scoring.pricing import Pricer
+from ragmon.scoring.records import PricedCall, ProbeLabels, score_record, score_retrieval
 
 KS = (1, 2, 3, 5, 10)
 

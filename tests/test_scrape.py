@@ -27,7 +27,7 @@ from test_sidecar import FakeClock
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
-from ragmon.exporter import RagMetrics, gzip_accepted, scrape
+from ragmon.export.exporter import RagMetrics, gzip_accepted, scrape
 
 TOKEN = "s3cret-token"
 

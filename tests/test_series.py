@@ -1,4 +1,4 @@
-"""ragmon.series against prometheus_client: the same values, in batches, give the same scrape."""
+"""ragmon.export.series against prometheus_client: the same values, in batches, give the same scrape."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.registry import Collector
 from strategies import SETTINGS
 
-from ragmon.series import (
+from ragmon.export.series import (
     BULK_MIN,
     Buckets,
     CounterCell,

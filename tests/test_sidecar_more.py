@@ -27,7 +27,7 @@ from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value, wai
 import ragmon
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig, ScoringConfig
-from ragmon.exporter import FOLDED_LABELS
+from ragmon.export.exporter import FOLDED_LABELS
 from ragmon.receivers.ingest import REQUEST_REJECT_REASONS, SPAN_REJECT_REASONS
 
 pytestmark = pytest.mark.filterwarnings(r"ignore:Calling \.text\(\) as a method is deprecated")

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="only report the last run")
     parser.add_argument("--max-test-seconds", type=float, default=DEFAULT_MAX_TEST_SECONDS,
                         help="judge mutants by the tests mutmut timed under this (0: every test)")
-    parser.add_argument("names", nargs="*", help="mutant name patterns, e.g. 'ragmon.pipeline*'")
+    parser.add_argument("names", nargs="*", help="mutant name patterns, e.g. 'ragmon.pipeline.queue*'")
     args = parser.parse_args(argv)
     if not args.report_only:
         command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.children), *args.names]

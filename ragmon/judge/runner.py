@@ -57,11 +57,17 @@ from ragmon.judge.client import (
     JudgeTimeoutError,
 )
 from ragmon.judge.evaluators import Invalid, JudgeScores, parse_verdict, score_verdicts
-from ragmon.judge.prompts import EVALUATORS, Evaluator, JudgeRequest, applicable_evaluators, build_judge_request
+from ragmon.judge.prompts import (
+    EVALUATORS,
+    Evaluator,
+    JudgeRequest,
+    applicable_evaluators,
+    build_judge_request,
+)
 from ragmon.judge.redact import Redactor
 from ragmon.judge.sampling import Decision, JudgeAdmission, sampled
 from ragmon.model import RagRecord
-from ragmon.pricing import Pricer
+from ragmon.scoring.pricing import Pricer
 
 __all__ = [
     "OUTCOMES",

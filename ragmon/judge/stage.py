@@ -22,10 +22,14 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 
 from ragmon.config import JudgeConfig, parse_duration
-from ragmon.exporter import GENERATION_SCORES, RagMetrics
+from ragmon.export.exporter import GENERATION_SCORES, RagMetrics
 from ragmon.judge.breaker import BreakerState
 from ragmon.judge.client import JudgeClient, endpoint_from_config
 from ragmon.judge.lexical import lexical_faithfulness
@@ -34,8 +38,8 @@ from ragmon.judge.prompts import EVALUATORS
 from ragmon.judge.runner import OUTCOMES, CompletionClient, Judge, Judgement
 from ragmon.judge.sampling import sampled
 from ragmon.model import RagRecord
-from ragmon.pricing import Pricer
-from ragmon.scoring import final_ranking, score_judged_retrieval
+from ragmon.scoring.pricing import Pricer
+from ragmon.scoring.records import final_ranking, score_judged_retrieval
 
 __all__ = ["APP_EVALUATION_NAMES", "JudgeStage"]
 

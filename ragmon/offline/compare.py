@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ragmon.errors import InputError
+from ragmon.groundtruth.text import normalize_query
 from ragmon.offline.evaluate import score_records
 from ragmon.offline.records import EvalRecord, Qrels
 from ragmon.offline.stats import bootstrap_ci, randomization_p_values
-from ragmon.text import normalize_query
 
 __all__ = ["MetricComparison", "Comparison", "query_key", "index_run", "compare_runs"]
 

@@ -1,4 +1,4 @@
-"""The offline record format (SPEC §8a); relevance files (``--qrels``) are ``ragmon.relevance``.
+"""The offline record format (SPEC §8a); relevance files (``--qrels``) are ``ragmon.groundtruth.relevance``.
 
 A record is one query of a run: ``query_id``, ``query``, ``retrieved_document_ids`` (best
 first), and optionally ``relevant_document_ids`` (binary) or ``relevance`` (id -> grade),
@@ -7,16 +7,20 @@ first), and optionally ``relevant_document_ids`` (binary) or ``relevance`` (id -
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragmon.errors import InputError
-from ragmon.jsonl import iter_jsonl
-from ragmon.relevance import Qrels, as_id, id_list, optional_str, parse_labels, read_qrels
+from ragmon.groundtruth.relevance import (
+    Qrels,
+    as_id,
+    id_list,
+    optional_str,
+    parse_labels,
+    read_qrels,
+)
 
-__all__ = ["EvalRecord", "Qrels", "read_records", "read_qrels", "parse_labels"]
+__all__ = ["EvalRecord", "Qrels", "read_qrels", "parse_labels", "record_from_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,7 @@ class EvalRecord:
     reference_answer: str | None = None
 
 
-def _record(path: str, line: int, obj: Mapping[str, Any]) -> EvalRecord:
+def record_from_json(path: str, line: int, obj: Mapping[str, Any]) -> EvalRecord:
     if "resourceSpans" in obj:
         raise ValueError("an OTLP/JSON trace request in a file of RAG records")
     if "retrieved_document_ids" not in obj:
@@ -57,36 +61,3 @@ def _record(path: str, line: int, obj: Mapping[str, Any]) -> EvalRecord:
         contexts=contexts,
         reference_answer=optional_str(obj, "reference_answer"),
     )
-
-
-def read_records(
-    path: str, *, progress: bool = False, document_id: tuple[str, ...] = ("document.id",)
-) -> Iterator[EvalRecord]:
-    """Yield the records of one JSONL file, or of an OTLP/JSON trace dump (one request per line,
-    or one pretty-printed request); ``InputError`` names the line of the first problem.
-
-    ``document_id`` says where a trace dump's document ids come from (``[scoring] document_id``).
-    """
-    from ragmon.conventions import ConventionOptions
-    from ragmon.offline import traces
-
-    lines = iter_jsonl(path, progress=progress)
-    try:
-        first = next(lines, None)
-    except InputError as exc:
-        whole = traces.read_whole_dump(path) if exc.line == 1 else None
-        if whole is None:
-            raise
-        yield from traces.records_from_requests(path, [(1, whole)], ConventionOptions(document_id=document_id))
-        return
-    if first is None:
-        return
-    if traces.is_trace_dump(first[1]):
-        options = ConventionOptions(document_id=document_id)
-        yield from traces.records_from_requests(path, itertools.chain([first], lines), options)
-        return
-    for line, obj in itertools.chain([first], lines):
-        try:
-            yield _record(path, line, obj)
-        except ValueError as exc:
-            raise InputError(path, str(exc), line) from None

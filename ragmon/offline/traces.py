@@ -12,13 +12,13 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ragmon.assembly import local_root
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
-from ragmon.decode import DecodeError, decode_json
 from ragmon.errors import InputError
 from ragmon.model import Span, Trace
 from ragmon.offline.records import EvalRecord
-from ragmon.scoring import final_ranking
+from ragmon.otlp.decode import DecodeError, decode_json
+from ragmon.pipeline.assembly import local_root
+from ragmon.scoring.records import final_ranking
 
 __all__ = ["is_trace_dump", "records_from_requests", "read_whole_dump"]
 

@@ -8,10 +8,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
 
-from ragmon.decode import Decoded, SpanSelection
 from ragmon.model import Span
+from ragmon.otlp.decode import Decoded, SpanSelection
 
 __all__ = ["DECODE_IN_THREAD_BYTES", "IngestGate", "decode_body", "REQUEST_REJECT_REASONS", "SPAN_REJECT_REASONS", "SpanSink", "IngestStats", "ReceiverSettings", "hand_over"]
 

@@ -1,6 +1,6 @@
 """OTLP/gRPC trace receiver (``opentelemetry.proto.collector.trace.v1.TraceService/Export``).
 
-The method takes raw bytes so a request is parsed once, by ``ragmon.decode``. Status codes as
+The method takes raw bytes so a request is parsed once, by ``ragmon.otlp.decode``. Status codes as
 the OTLP specification says: INVALID_ARGUMENT for an undecodable request, UNAUTHENTICATED for
 a bad token, RESOURCE_EXHAUSTED past the size limit (enforced by gRPC), UNAVAILABLE with
 ``RetryInfo`` when too many exports are being read, every decode turn is taken, the pipeline
@@ -27,12 +27,19 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
 
-from ragmon.auth import bearer_token_matches
-from ragmon.decode import DecodeError, decode_protobuf
-from ragmon.listeners import ListenerLimits
-from ragmon.ratelog import RateLimitedLog
-from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings, SpanSink, decode_body, hand_over
+from ragmon.otlp.decode import DecodeError, decode_protobuf
+from ragmon.receivers.auth import bearer_token_matches
+from ragmon.receivers.ingest import (
+    IngestGate,
+    IngestStats,
+    ReceiverSettings,
+    SpanSink,
+    decode_body,
+    hand_over,
+)
+from ragmon.receivers.listeners import ListenerLimits
 from ragmon.receivers.otlp_http import RETRY_AFTER_SECONDS
+from ragmon.receivers.ratelog import RateLimitedLog
 
 __all__ = ["PROTOCOL", "SERVICE", "concurrent_rpcs", "server_options", "start"]
 

@@ -19,14 +19,28 @@ from aiohttp import web
 from aiohttp.http import HttpProcessingError
 from google.protobuf import json_format
 from google.rpc.status_pb2 import Status
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
 
-from ragmon.auth import bearer_token_matches
-from ragmon.decode import DecodeError, Decoded, decode_json, decode_protobuf
-from ragmon.listeners import ByteBudget, Listener, ListenerLimits, ListenerStats
-from ragmon.ratelog import RateLimitedLog, format_peer
+from ragmon.otlp.decode import Decoded, DecodeError, decode_json, decode_protobuf
+from ragmon.receivers.auth import bearer_token_matches
 from ragmon.receivers.gunzip import TooLarge, gunzip
-from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings, SpanSink, decode_body, hand_over
+from ragmon.receivers.ingest import (
+    IngestGate,
+    IngestStats,
+    ReceiverSettings,
+    SpanSink,
+    decode_body,
+    hand_over,
+)
+from ragmon.receivers.listeners import (
+    ByteBudget,
+    Listener,
+    ListenerLimits,
+    ListenerStats,
+)
+from ragmon.receivers.ratelog import RateLimitedLog, format_peer
 
 __all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "SHUTDOWN_TIMEOUT", "HttpReceiver", "start"]
 

@@ -1,7 +1,7 @@
 """OTLP trace export bodies (protobuf or JSON) -> ``Span`` values. Pure: no I/O, no clock.
 
 Only what ragmon reads is materialized: protobuf bodies are parsed with
-``ragmon.otlp_wire.TraceRequest`` (attributes as C-level maps), each attribute key is tested
+``ragmon.otlp.wire.TraceRequest`` (attributes as C-level maps), each attribute key is tested
 against an ``AttributeFilter`` and only wanted values are converted (strings inline, other
 kinds by a bounded walk); events are kept by name. A span with a malformed trace or span id
 is rejected and counted (OTLP partial success); a body that cannot be parsed at all raises
@@ -46,7 +46,7 @@ from google.protobuf.message import DecodeError as _ProtobufDecodeError
 
 from ragmon.errors import RagmonError
 from ragmon.model import AttributeFilter, AttrValue, Span, SpanEvent
-from ragmon.otlp_wire import TraceRequest
+from ragmon.otlp.wire import TraceRequest
 
 __all__ = [
     "MAX_EVENTS",

@@ -6,7 +6,7 @@
 Every panel reads the aggregatable series summed across replicas, never the rolling gauges
 (one replica's view).
 
-``python -m ragmon.dashboard [--runbook-url URL]`` prints the JSON.
+``python -m ragmon.ops.dashboard [--runbook-url URL]`` prints the JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ragmon.rules import RUNBOOK_URL
+from ragmon.ops.rules import RUNBOOK_URL
 
 __all__ = ["UID", "dashboard", "main", "render_dashboard"]
 
@@ -456,8 +456,8 @@ def render_dashboard(runbook_url: str = RUNBOOK_URL) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ragmon.dashboard``: print the dashboard JSON."""
-    parser = argparse.ArgumentParser(prog="python -m ragmon.dashboard", description="Print ragmon's Grafana dashboard as JSON.")
+    """``python -m ragmon.ops.dashboard``: print the dashboard JSON."""
+    parser = argparse.ArgumentParser(prog="python -m ragmon.ops.dashboard", description="Print ragmon's Grafana dashboard as JSON.")
     parser.add_argument("--runbook-url", default=RUNBOOK_URL, metavar="URL", help=f"the runbook the dashboard links to (default {RUNBOOK_URL})")
     args = parser.parse_args(argv)
     sys.stdout.write(render_dashboard(args.runbook_url))

@@ -2,7 +2,7 @@
 
 A traces-to-metrics connector: fold into state, build on a tick. ``RagMetrics.observe`` counts
 one scored request and buffers its values; ``RagMetrics.flush`` folds the buffers into the
-histograms (``ragmon.series``) and rolling windows in bulk, when the clock leaves the window
+histograms (``ragmon.export.series``) and rolling windows in bulk, when the clock leaves the window
 buckets the values belong to, every ``MAX_BUFFERED`` records, and before a scrape. Every family is built at scrape time
 by custom collectors in ragmon's own registry (never the global one), which flush first and
 build one family per step (a caller may yield to the event loop between families).
@@ -33,16 +33,17 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from ragmon import __version__
-from ragmon.assembly import AssemblyStats
-from ragmon.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
-from ragmon.metrics.windows import DEFAULT_QUANTILES, WindowReading, WindowSnapshot, WindowStore
-from ragmon.model import RagRecord
-from ragmon.receivers.ingest import REQUEST_REJECT_REASONS, SPAN_REJECT_REASONS, IngestStats
-from ragmon.series import (
+from ragmon.export.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS
+from ragmon.export.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
+from ragmon.export.series import (
     Cell,
     CounterFamily,
     DeferredFamily,
@@ -51,10 +52,23 @@ from ragmon.series import (
     HistogramSeries,
     SeriesCollector,
 )
+from ragmon.metrics.windows import (
+    DEFAULT_QUANTILES,
+    WindowReading,
+    WindowSnapshot,
+    WindowStore,
+)
+from ragmon.model import RagRecord
+from ragmon.pipeline.assembly import AssemblyStats
+from ragmon.receivers.ingest import (
+    REQUEST_REJECT_REASONS,
+    SPAN_REJECT_REASONS,
+    IngestStats,
+)
 
 if TYPE_CHECKING:
-    from ragmon.pipeline import PipelineStats
-from ragmon.scoring import RecordScores, RetrievalScore
+    from ragmon.pipeline.queue import PipelineStats
+from ragmon.scoring.records import RecordScores, RetrievalScore
 
 __all__ = [
     "GENERATION_SCORES",
@@ -69,8 +83,6 @@ __all__ = [
     "self_metrics",
 ]
 
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-SCORE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 FOLDED_LABELS = frozenset({"service", "variant", "model"})
 """Labels whose values come from traffic: they pass through the ``LabelLimiter``
 (``ragmon_label_values_folded_total``, ``ragmon_label_values_truncated_total``) and are the

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from ragmon.groundtruth.relevance import Qrels
 from ragmon.metrics import retrieval
 from ragmon.model import RagRecord
-from ragmon.relevance import Qrels
-from ragmon.pricing import PriceSource, Pricer
+from ragmon.scoring.pricing import Pricer, PriceSource
 
 __all__ = [
     "ProbeLabels", "RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_judged_retrieval", "score_record",

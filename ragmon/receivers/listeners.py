@@ -29,7 +29,7 @@ from aiohttp.http import HttpProcessingError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ragmon.config import ReceiverConfig, parse_duration
-from ragmon.ratelog import RateLimitedLog, format_peer
+from ragmon.receivers.ratelog import RateLimitedLog, format_peer
 
 __all__ = ["BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS"]
 

@@ -27,29 +27,30 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 from urllib.parse import quote
 
 import aiohttp
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 
-from ragmon.config import Config, ProbeConfig, parse_duration
-from ragmon.exporter import LATENCY_BUCKETS
-from ragmon.relevance import GoldenQuery, as_id, read_golden_queries
-from ragmon.scoring import ProbeLabels
-from ragmon.series import HistogramFamily
+from ragmon.config import Config, ProbeConfig, parse_duration, probe_name
+from ragmon.export.catalogue import LATENCY_BUCKETS
+from ragmon.export.series import HistogramFamily
+from ragmon.groundtruth.jsonpath import parse_path, select
+from ragmon.groundtruth.relevance import GoldenQuery, as_id, read_golden_queries
+from ragmon.scoring.records import ProbeLabels
 
 __all__ = [
     "OUTCOMES",
     "RESULTS",
-    "PathStep",
     "ProbeRegistry",
     "Prober",
     "Probes",
     "fill_template",
-    "parse_path",
-    "probe_name",
-    "select",
 ]
 
 log = logging.getLogger("ragmon")
@@ -66,46 +67,6 @@ MAX_RESPONSE_BYTES: Final = 4 * 1024 * 1024
 """Response bodies read at most; a longer one is not parsed (the trace's ranking is used)."""
 _NO_BODY: Final = frozenset({"GET", "HEAD"})
 _OWN_HEADERS: Final = frozenset({"traceparent", "tracestate"})
-
-PathStep: TypeAlias = "str | int | None"
-"""A key, a list index, or ``None`` for every element of a list (``[*]``)."""
-
-_PATH = re.compile(r"(?:[^.\[\]]+|\[(?:\*|\d+)\])(?:\.[^.\[\]]+|\[(?:\*|\d+)\])*")
-_STEP = re.compile(r"([^.\[\]]+)|\[(\*|\d+)\]")
-
-
-def parse_path(text: str) -> tuple[PathStep, ...]:
-    """``"documents[*].id"`` -> ``("documents", None, "id")``: keys joined by ``.``, ``[N]`` a
-    list index, ``[*]`` every element of a list; ``ValueError`` for anything else."""
-    if not isinstance(text, str) or not _PATH.fullmatch(text):
-        raise ValueError(f'{text!r} is not a path such as "answer" or "documents[*].id"')
-    return tuple(key or (None if index == "*" else int(index)) for key, index in _STEP.findall(text))
-
-
-def _children(value: Any, step: PathStep) -> list[Any] | None:
-    if step is None:
-        return list(value) if isinstance(value, list) else None
-    if isinstance(step, int):
-        return [value[step]] if isinstance(value, list) and step < len(value) else None
-    return [value[step]] if isinstance(value, dict) and step in value else None
-
-
-def select(value: Any, path: Sequence[PathStep]) -> list[Any] | None:
-    """The values at ``path`` in parsed JSON. ``None`` when a step before the first ``[*]``
-    finds nothing; after it, elements lacking a step are skipped (``[*]`` of ``[]`` is ``[]``)."""
-    current = [value]
-    fanned = False
-    for step in path:
-        found: list[Any] = []
-        for item in current:
-            children = _children(item, step)
-            if children is None and not fanned:
-                return None
-            found.extend(children or ())
-        current = found
-        fanned = fanned or step is None
-    return current
-
 
 def _ranking(values: list[Any]) -> tuple[str, ...] | None:
     """Document ids (strings or integers; a selected list gives its items); ``None`` if any is not an id."""
@@ -129,11 +90,6 @@ def fill_template(template: Any, query: str) -> Any:
     if isinstance(template, dict):
         return {key: fill_template(item, query) for key, item in template.items()}
     return template
-
-
-def probe_name(config: ProbeConfig) -> str:
-    """The ``probe`` label: the configured name, else the URL."""
-    return config.name or config.url
 
 
 class ProbeRegistry:

@@ -13,7 +13,7 @@ attribute list keeps its last value (the official list keeps both; OTLP forbids 
 map iteration order is unspecified. The descriptors live in a private pool, so they never
 clash with ``opentelemetry-proto``'s.
 
-What ``ragmon.decode`` relies on from the parser: the file is proto3, so every string it
+What ``ragmon.otlp.decode`` relies on from the parser: the file is proto3, so every string it
 declares (keys, names, string values, nested keys) is checked as UTF-8 while parsing, and a
 message nested deeper than upb's limit (100) does not parse; both end in a protobuf
 ``DecodeError``. A declared field sent with another wire type is kept as an unknown field.
@@ -24,11 +24,15 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf import descriptor_pool, message_factory
-from google.protobuf.descriptor_pb2 import DescriptorProto, FieldDescriptorProto, FileDescriptorProto
+from google.protobuf.descriptor_pb2 import (
+    DescriptorProto,
+    FieldDescriptorProto,
+    FileDescriptorProto,
+)
 
 __all__ = ["TraceRequest"]
 
-_PACKAGE = "ragmon.otlp_wire.v1"
+_PACKAGE = "ragmon.otlp.wire.v1"
 _F = FieldDescriptorProto
 _OPTIONAL, _REPEATED = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
@@ -92,7 +96,7 @@ def _attributes_entry() -> DescriptorProto:
 
 
 def _file() -> FileDescriptorProto:
-    file = FileDescriptorProto(name="ragmon/otlp_wire.proto", package=_PACKAGE, syntax="proto3")
+    file = FileDescriptorProto(name="ragmon/otlp/wire.proto", package=_PACKAGE, syntax="proto3")
     for name, fields in _MESSAGES.items():
         message = file.message_type.add(name=name)
         if name in _WITH_ATTRIBUTE_MAP:

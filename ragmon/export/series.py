@@ -31,12 +31,16 @@ from typing import Generic, TypeAlias, TypeVar
 
 import numpy as np
 from prometheus_client import metrics as _client_metrics
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar, Sample
 from prometheus_client.utils import floatToGoString
 
-from ragmon.labels import OTHER
+from ragmon.export.labels import OTHER
 
 __all__ = [
     "BULK_MIN",

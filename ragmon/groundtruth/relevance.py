@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragmon.errors import InputError
-from ragmon.jsonl import iter_jsonl, read_bytes_lines
-from ragmon.text import normalize_query
+from ragmon.groundtruth.jsonl import iter_jsonl, read_bytes_lines
+from ragmon.groundtruth.text import normalize_query
 
 __all__ = ["GoldenQuery", "Qrels", "parse_labels", "read_golden_queries", "read_qrels", "as_id", "id_list", "optional_str"]
 

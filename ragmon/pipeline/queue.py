@@ -13,13 +13,13 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from ragmon.assembly import TraceAssembler
-from ragmon.exporter import RagMetrics
 from ragmon.model import RagRecord, Span, Trace
-from ragmon.scoring import RecordScores
+from ragmon.pipeline.assembly import TraceAssembler
+from ragmon.scoring.records import RecordScores
 
-__all__ = ["Pipeline", "PipelineStats"]
+__all__ = ["Pipeline", "PipelineStats", "RecordSink"]
 
 log = logging.getLogger("ragmon")
 
@@ -27,6 +27,13 @@ _SLICE = 256
 """Traces scored between two yields to the event loop (receivers and scrapes stay responsive)."""
 _TAKE_SPANS = 4096
 """Spans moved from the queue into assembly between two yields (a full queue holds 200,000)."""
+
+
+class RecordSink(Protocol):
+    """Where scored records go: the exporter's ``RagMetrics``."""
+
+    def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        """Count one scored request; must not wait."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +59,7 @@ class Pipeline:
         assembler: TraceAssembler,
         extract: Callable[[Trace], RagRecord | None],
         score: Callable[[RagRecord], RecordScores],
-        metrics: RagMetrics,
+        metrics: RecordSink,
         after: Callable[[RagRecord, RecordScores, float], None] | None = None,
         clock: Callable[[], float],
         max_queued_spans: int,

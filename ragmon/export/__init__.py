@@ -1,0 +1,1 @@
+"""What Prometheus reads: the RAG metrics, bounded series and label values, and the /metrics server."""

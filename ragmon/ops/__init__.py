@@ -1,0 +1,1 @@
+"""What operators deploy next to ragmon: generated alert rules and the Grafana dashboard."""
