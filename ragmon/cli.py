@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ragmon import __version__
-from ragmon.config import Config, ConfigError, check_document_id_place, load_config
-from ragmon.errors import InputError, RagmonError, UsageError
+from ragmon.config import Config, check_document_id_place, load_config
+from ragmon.errors import ConfigError, InputError, RagmonError, UsageError
 from ragmon.groundtruth.relevance import read_golden_queries
 from ragmon.offline.compare import compare_runs
 from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold

@@ -17,11 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragmon.errors import RagmonError
+from ragmon.errors import ConfigError
 from ragmon.groundtruth.jsonpath import parse_path
 
 __all__ = [
-    "ConfigError",
     "Config",
     "ReceiverConfig",
     "MetricsConfig",
@@ -39,15 +38,6 @@ __all__ = [
     "TOKEN_ENVIRONMENT",
     "with_environment",
 ]
-
-
-class ConfigError(RagmonError):
-    """The configuration is invalid; ``problems`` holds one ``"key: problem"`` line each."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__(f"{source}: " + "; ".join(problems))
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")

@@ -1,8 +1,38 @@
-"""ragmon's exceptions: one base, a shallow tree."""
+"""ragmon's exceptions: one base, a shallow tree.
+
+Every error ragmon raises on purpose derives from ``RagmonError``; foreign exceptions (protobuf,
+JSON, TOML, openai, zlib) are translated into one of these where they enter::
+
+    RagmonError
+    ├── UsageError            a command-line argument or option is wrong
+    ├── InputError            an input file is unreadable or malformed (file and line)
+    ├── ConfigError           the configuration is invalid (every problem, by dotted key)
+    ├── DecodeError           a body is not a valid OTLP trace export (HTTP 400 / INVALID_ARGUMENT)
+    ├── BodyTooLargeError     a decompressed body is larger than its limit (HTTP 413)
+    └── JudgeCallError        a judge call failed (``status``: the HTTP status, if any)
+        ├── JudgeRetryableError   429, 5xx or connection: worth retrying (``retry_after``)
+        ├── JudgeTimeoutError     no answer within the timeout
+        └── JudgePermanentError   refused (other 4xx) or an unusable reply: do not retry
+
+Control-flow exceptions that never leave their module stay private there (``_Malformed`` in
+``otlp/decode.py``, ``_Bad`` in ``judge/evaluators.py``, ``_UnsafeReply`` in ``judge/client.py``,
+which must be an ``httpx`` error to pass through the openai client).
+"""
 
 from __future__ import annotations
 
-__all__ = ["RagmonError", "InputError", "UsageError"]
+__all__ = [
+    "BodyTooLargeError",
+    "ConfigError",
+    "DecodeError",
+    "InputError",
+    "JudgeCallError",
+    "JudgePermanentError",
+    "JudgeRetryableError",
+    "JudgeTimeoutError",
+    "RagmonError",
+    "UsageError",
+]
 
 
 class RagmonError(Exception):
@@ -22,3 +52,44 @@ class InputError(RagmonError):
         self.problem = problem
         where = f"{path}:{line}" if line is not None else path
         super().__init__(f"{where}: {problem}")
+
+
+class ConfigError(RagmonError):
+    """The configuration is invalid; ``problems`` holds one ``"key: problem"`` line each."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class DecodeError(RagmonError):
+    """The body is not a valid OTLP trace export."""
+
+
+class BodyTooLargeError(RagmonError):
+    """The decompressed body is larger than the limit."""
+
+
+class JudgeCallError(RagmonError):
+    """A judge call failed; ``status`` is the HTTP status when there was one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class JudgeRetryableError(JudgeCallError):
+    """The endpoint is overloaded or unreachable (429, 5xx, connection): worth retrying."""
+
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, status)
+        self.retry_after = retry_after
+
+
+class JudgeTimeoutError(JudgeCallError):
+    """No answer within the timeout."""
+
+
+class JudgePermanentError(JudgeCallError):
+    """The request was refused (4xx other than 429) or the reply was unusable: do not retry."""

@@ -9,13 +9,13 @@ from cli_helpers import ragmon
 
 from ragmon.config import (
     Config,
-    ConfigError,
     Price,
     config_from_mapping,
     load_config,
     parse_duration,
     parse_listen,
 )
+from ragmon.errors import ConfigError
 
 FULL = """
 [receiver]

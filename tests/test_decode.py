@@ -10,7 +10,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 from otel_helpers import record_spans, to_otlp_json, to_protobuf
 
-from ragmon.otlp.decode import DecodeError, SpanSelection, count_spans, decode_json, decode_protobuf
+from ragmon.errors import DecodeError
+from ragmon.otlp.decode import SpanSelection, count_spans, decode_json, decode_protobuf
 from ragmon.model import AttributeFilter
 
 SELECTION = SpanSelection(

@@ -25,11 +25,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span as PbSpan
 from otel_helpers import record_spans, to_otlp_json, to_protobuf
 
 from ragmon.conventions import SELECTION as CONVENTIONS
+from ragmon.errors import DecodeError
 from ragmon.otlp.decode import (
     MAX_EVENTS,
     MAX_VALUE_DEPTH,
     Decoded,
-    DecodeError,
     SpanSelection,
     decode_json,
     decode_protobuf,

@@ -27,7 +27,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from otel_helpers import record_spans, to_protobuf
 from test_decode_hostile import EVENT, SELECTION, _rag, deep_size, otlp_json
 
-from ragmon.otlp.decode import MAX_EVENTS, MAX_VALUE_DEPTH, DecodeError, Decoded, SpanSelection, count_spans, decode_json, decode_protobuf
+from ragmon.errors import DecodeError
+from ragmon.otlp.decode import MAX_EVENTS, MAX_VALUE_DEPTH, Decoded, SpanSelection, count_spans, decode_json, decode_protobuf
 from ragmon.model import AttrValue
 
 FUZZ = settings(

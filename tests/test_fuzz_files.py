@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from ragmon.app import Sidecar
 from ragmon.cli import file_problems, main
-from ragmon.config import Config, ConfigError, config_from_mapping, load_config
-from ragmon.errors import InputError
+from ragmon.config import Config, config_from_mapping, load_config
+from ragmon.errors import ConfigError, InputError
 from ragmon.groundtruth.relevance import read_golden_queries, read_qrels
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,

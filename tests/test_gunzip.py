@@ -9,7 +9,8 @@ import zlib
 
 import pytest
 
-from ragmon.receivers.gunzip import TooLarge, gunzip
+from ragmon.errors import BodyTooLargeError
+from ragmon.receivers.gunzip import gunzip
 
 
 def _gunzip(body: bytes, limit: int) -> bytes:
@@ -34,9 +35,9 @@ def _gunzip(body: bytes, limit: int) -> bytes:
 
 def test_the_limit_holds_to_the_byte() -> None:
     assert _gunzip(gzip.compress(b"a" * 100), 100) == b"a" * 100
-    with pytest.raises(TooLarge):
+    with pytest.raises(BodyTooLargeError):
         _gunzip(gzip.compress(b"a" * 101), 100)
-    with pytest.raises(TooLarge):
+    with pytest.raises(BodyTooLargeError):
         _gunzip(gzip.compress(b"a" * 60) + gzip.compress(b"b" * 41), 100)
 
 
@@ -45,7 +46,7 @@ def test_inflation_stops_one_byte_past_the_limit() -> None:
     before its (corrupt) checksum is ever reached."""
     body = bytearray(gzip.compress(b"a" * 102))
     body[-5] ^= 1  # CRC-32 trailer
-    with pytest.raises(TooLarge):
+    with pytest.raises(BodyTooLargeError):
         _gunzip(bytes(body), 100)
     with pytest.raises(zlib.error, match="incorrect data check"):
         _gunzip(bytes(body), 102)

@@ -24,15 +24,13 @@ from judge_server import (
     wire,
 )
 from ragmon.config import JudgeConfig
+from ragmon.errors import JudgePermanentError, JudgeRetryableError, JudgeTimeoutError
 from ragmon.judge.client import (
     MAX_REPLY_BYTES,
     PLACEHOLDER_KEY,
     Completion,
     JudgeClient,
     JudgeEndpoint,
-    JudgePermanentError,
-    JudgeRetryableError,
-    JudgeTimeoutError,
     endpoint_from_config,
 )
 from ragmon.judge.prompts import JudgeRequest, build_judge_request

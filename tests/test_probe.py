@@ -33,8 +33,9 @@ from test_sidecar import FakeClock, samples, scrape, value, wait_for
 
 from ragmon.app import Sidecar
 from ragmon.config import (
-    Config, ConfigError, JudgeConfig, MetricsConfig, ProbeConfig, ReceiverConfig, ScoringConfig, config_from_mapping,
+    Config, JudgeConfig, MetricsConfig, ProbeConfig, ReceiverConfig, ScoringConfig, config_from_mapping,
 )
+from ragmon.errors import ConfigError
 from ragmon.errors import InputError
 from ragmon.judge.lexical import lexical_faithfulness
 from ragmon.groundtruth.jsonpath import parse_path, select

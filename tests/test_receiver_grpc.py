@@ -24,7 +24,8 @@ from net_helpers import closed_by_peer, has_traceback, problem_lines
 from server_helpers import LoopThread
 from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 
-from ragmon.otlp.decode import DecodeError, decode_protobuf
+from ragmon.errors import DecodeError
+from ragmon.otlp.decode import decode_protobuf
 from ragmon.receivers.listeners import ListenerLimits
 from ragmon.receivers import otlp_grpc
 from ragmon.receivers.ingest import IngestGate, IngestStats

@@ -34,7 +34,8 @@ from ragmon.model import AttributeFilter, Span
 from ragmon.receivers.listeners import ListenerLimits
 from ragmon.receivers.ratelog import RateLimitedLog
 from ragmon.receivers import otlp_http
-from ragmon.receivers.gunzip import TooLarge, gunzip
+from ragmon.errors import BodyTooLargeError
+from ragmon.receivers.gunzip import gunzip
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 
 SELECTION = SpanSelection(attributes=AttributeFilter(frozenset({"openinference.span.kind"})))
@@ -262,7 +263,7 @@ def test_a_gzip_bomb_is_refused_without_inflating_past_the_limit(loop: LoopThrea
     tracemalloc.start()
     try:
         gunzip(bomb, limit)
-    except TooLarge:
+    except BodyTooLargeError:
         peak = tracemalloc.get_traced_memory()[1]
     else:
         raise AssertionError("the bomb was not refused")

@@ -29,17 +29,13 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
 from ragmon.config import JudgeConfig
-from ragmon.errors import RagmonError
+from ragmon.errors import JudgeCallError, JudgePermanentError, JudgeRetryableError, JudgeTimeoutError
 from ragmon.judge.prompts import JudgeRequest
 
 __all__ = [
     "Completion",
-    "JudgeCallError",
     "JudgeClient",
     "JudgeEndpoint",
-    "JudgePermanentError",
-    "JudgeRetryableError",
-    "JudgeTimeoutError",
     "MAX_REPLY_BYTES",
     "PLACEHOLDER_KEY",
     "endpoint_from_config",
@@ -57,30 +53,6 @@ _MAX_TOKENS: Final = 10**9
 _MAX_MODEL_CHARS: Final = 256
 
 _UNSUPPORTED = re.compile(r"response_format|json_schema|structured.output|guided", re.IGNORECASE)
-
-
-class JudgeCallError(RagmonError):
-    """A judge call failed; ``status`` is the HTTP status when there was one."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class JudgeRetryableError(JudgeCallError):
-    """The endpoint is overloaded or unreachable (429, 5xx, connection): worth retrying."""
-
-    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
-        super().__init__(message, status)
-        self.retry_after = retry_after
-
-
-class JudgeTimeoutError(JudgeCallError):
-    """No answer within the timeout."""
-
-
-class JudgePermanentError(JudgeCallError):
-    """The request was refused (4xx other than 429) or the reply was unusable: do not retry."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,7 @@ class Invalid:
 
 
 class _Bad(Exception):
-    pass
+    """The reply is not a verdict of the requested shape (``parse_verdict`` turns it into ``Invalid``)."""
 
 
 def _reject_constant(name: str) -> Any:

@@ -50,12 +50,8 @@ from typing import Final, Literal, Protocol, TypeAlias, cast
 
 from ragmon.config import JudgeConfig, parse_duration
 from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
-from ragmon.judge.client import (
-    Completion,
-    JudgeCallError,
-    JudgeRetryableError,
-    JudgeTimeoutError,
-)
+from ragmon.errors import JudgeCallError, JudgeRetryableError, JudgeTimeoutError
+from ragmon.judge.client import Completion
 from ragmon.judge.evaluators import Invalid, JudgeScores, parse_verdict, score_verdicts
 from ragmon.judge.prompts import (
     EVALUATORS,

@@ -16,7 +16,8 @@ from ragmon.conventions import ConventionOptions, extract_rag_record, span_selec
 from ragmon.errors import InputError
 from ragmon.model import Span, Trace
 from ragmon.offline.records import EvalRecord
-from ragmon.otlp.decode import DecodeError, decode_json
+from ragmon.errors import DecodeError
+from ragmon.otlp.decode import decode_json
 from ragmon.pipeline.assembly import local_root
 from ragmon.scoring.records import final_ranking
 

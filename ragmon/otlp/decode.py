@@ -44,14 +44,13 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtobufDecodeError
 
-from ragmon.errors import RagmonError
+from ragmon.errors import DecodeError
 from ragmon.model import AttributeFilter, AttrValue, Span, SpanEvent
 from ragmon.otlp.wire import TraceRequest
 
 __all__ = [
     "MAX_EVENTS",
     "MAX_VALUE_DEPTH",
-    "DecodeError",
     "Decoded",
     "SpanSelection",
     "decode_protobuf",
@@ -112,10 +111,6 @@ def _value_size(value: AttrValue) -> int:
     if isinstance(value, tuple):
         return _sizeof(value) + _OBJ + sum(_value_size(v) for v in value)
     return _sizeof(value) + _OBJ  # int, float, bytes
-
-
-class DecodeError(RagmonError):
-    """The body is not a valid OTLP trace export."""
 
 
 @dataclass(frozen=True, slots=True)

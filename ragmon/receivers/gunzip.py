@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = ["TooLarge", "gunzip"]
+from ragmon.errors import BodyTooLargeError
+
+__all__ = ["gunzip"]
 
 _MAGIC = b"\x1f\x8b"
 _FIRST_STEP = 256
 _MAX_STEP = 1 << 20
 
 
-class TooLarge(Exception):
-    """The decompressed body is larger than the limit."""
-
-
 def gunzip(body: bytes, limit: int) -> bytes:
     """Decompress every gzip member of ``body`` (concatenated members are valid gzip).
 
-    Never holds more than ``limit + 1`` decompressed bytes: ``TooLarge`` past ``limit``, so a
+    Never holds more than ``limit + 1`` decompressed bytes: ``BodyTooLargeError`` past ``limit``, so a
     bomb (a small body that inflates hugely) costs at most ``limit`` bytes of work.
     ``zlib.error`` for a corrupt or truncated member, or for bytes after the last member that
     do not start another. Work is linear in ``len(body)``: each member is fed in slices that
@@ -37,7 +35,7 @@ def gunzip(body: bytes, limit: int) -> bytes:
             step = min(2 * step, _MAX_STEP)
             out += inflater.decompress(piece, limit - len(out) + 1)
             if len(out) > limit or inflater.unconsumed_tail:
-                raise TooLarge  # output stopped at limit + 1: the input holds more
+                raise BodyTooLargeError  # output stopped at limit + 1: the input holds more
             pos += len(piece) - len(inflater.unused_data)
         if pos >= end:
             return bytes(out)

@@ -27,7 +27,8 @@ from google.protobuf.duration_pb2 import Duration
 from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
 
-from ragmon.otlp.decode import DecodeError, decode_protobuf
+from ragmon.errors import DecodeError
+from ragmon.otlp.decode import decode_protobuf
 from ragmon.receivers.auth import bearer_token_matches
 from ragmon.receivers.ingest import (
     IngestGate,

@@ -23,9 +23,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ragmon.otlp.decode import Decoded, DecodeError, decode_json, decode_protobuf
+from ragmon.errors import BodyTooLargeError, DecodeError
+from ragmon.otlp.decode import Decoded, decode_json, decode_protobuf
 from ragmon.receivers.auth import bearer_token_matches
-from ragmon.receivers.gunzip import TooLarge, gunzip
+from ragmon.receivers.gunzip import gunzip
 from ragmon.receivers.ingest import (
     IngestGate,
     IngestStats,
@@ -180,7 +181,7 @@ class HttpReceiver:
                     body = await asyncio.to_thread(gunzip, body, limit)
                 else:
                     body = gunzip(body, limit)
-            except TooLarge:
+            except BodyTooLargeError:
                 return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, "too_large",
                                     f"decompressed body larger than {limit} bytes")
             except zlib.error as exc:
