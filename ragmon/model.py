@@ -1,4 +1,5 @@
-"""The values that flow between ragmon's stages: spans in, traces assembled.
+"""The values that flow between ragmon's stages: spans in, traces assembled, and what the
+pipeline answers when spans are offered to it.
 
 Frozen, slotted and small: the decoder keeps only the attributes the conventions read
 (``AttributeFilter``), so a span costs what ragmon needs of it, not what the app sent.
@@ -6,6 +7,7 @@ Frozen, slotted and small: the decoder keeps only the attributes the conventions
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -24,6 +26,7 @@ __all__ = [
     "RagRecord",
     "SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE",
     "SPAN_FLAGS_CONTEXT_IS_REMOTE",
+    "Offer",
 ]
 
 AttrValue: TypeAlias = "str | bool | int | float | bytes | tuple[AttrValue, ...] | None"
@@ -35,6 +38,21 @@ SPAN_FLAGS_CONTEXT_IS_REMOTE = 0x200
 """OTLP span flags bit: the parent span lives in another process."""
 SPAN_KIND_SERVER = 2
 SPAN_KIND_CONSUMER = 5
+
+
+class Offer(enum.Enum):
+    """What a span sink did with an offered batch (as the OTel SDK's ``SpanExportResult``).
+
+    A refusal's value is its ``reason`` in ``ragmon_spans_rejected_total``; the receiver
+    answers it with 503 / UNAVAILABLE so the exporter retries.
+    """
+
+    ACCEPTED = "accepted"
+    """Queued: the pipeline owns the spans now."""
+    OVERLOADED = "overloaded"
+    """The queue is full (in spans or bytes)."""
+    SHUTTING_DOWN = "shutting_down"
+    """The pipeline no longer accepts spans."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from ragmon.otlp.decode import Decoded
-from ragmon.model import Span
+from ragmon.model import Offer, Span
 from ragmon.receivers.ingest import IngestGate, IngestStats, hand_over
 
 
@@ -19,11 +19,10 @@ def _span(name: str) -> Span:
 
 @dataclass
 class Sink:
-    accept: bool = True
-    refusal: str = "overloaded"
+    answer: Offer = Offer.ACCEPTED
 
-    def offer(self, spans: Sequence[Span]) -> bool:
-        return self.accept
+    def offer(self, spans: Sequence[Span]) -> Offer:
+        return self.answer
 
 
 def test_the_default_gate_gives_two_turns_and_waits_two_seconds() -> None:
@@ -52,10 +51,10 @@ def test_counters_add_up_over_requests() -> None:
         decoded = Decoded(spans=[_span("a")], truncated=3)
         decoded.reject("invalid_span_id")
         response = hand_over(decoded, sink, stats, "http")
-        assert response is not None and response.partial_success.rejected_spans == 1
-    sink.accept = False
+        assert not isinstance(response, Offer) and response.partial_success.rejected_spans == 1
+    sink.answer = Offer.OVERLOADED
     for _ in range(2):
-        assert hand_over(Decoded(spans=[_span("a"), _span("b")]), sink, stats, "http") is None
+        assert hand_over(Decoded(spans=[_span("a"), _span("b")]), sink, stats, "http") is Offer.OVERLOADED
     assert stats.spans_received == {"http": 4}
     assert stats.attributes_truncated == {"http": 6}
     assert stats.spans_rejected == {("http", "invalid_span_id"): 2, ("http", "overloaded"): 4}

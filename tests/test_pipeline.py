@@ -15,7 +15,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.export.exporter import MAX_BUFFERED, RagMetrics
-from ragmon.model import RagRecord, Span, Trace
+from ragmon.model import Offer, RagRecord, Span, Trace
 from ragmon.pipeline.queue import _SLICE, Pipeline, PipelineStats
 from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, score_record
@@ -41,16 +41,15 @@ def _span(n: int, size: int) -> Span:
 
 def test_queue_refuses_past_its_span_count() -> None:
     pipeline = _pipeline(max_spans=3, max_bytes=1 << 20)
-    assert pipeline.offer([_span(1, 10), _span(2, 10)])
-    assert not pipeline.offer([_span(3, 10), _span(4, 10)])
-    assert pipeline.refusal == "overloaded"
+    assert pipeline.offer([_span(1, 10), _span(2, 10)]) is Offer.ACCEPTED
+    assert pipeline.offer([_span(3, 10), _span(4, 10)]) is Offer.OVERLOADED
     assert pipeline.stats().queued_spans == 2
 
 
 def test_queue_refuses_past_its_bytes_but_always_takes_one_batch() -> None:
     pipeline = _pipeline(max_spans=100, max_bytes=1000)
-    assert pipeline.offer([_span(1, 5000)])  # an empty queue takes any batch the size limit let in
-    assert not pipeline.offer([_span(2, 10)])
+    assert pipeline.offer([_span(1, 5000)]) is Offer.ACCEPTED  # an empty queue takes any batch the size limit let in
+    assert pipeline.offer([_span(2, 10)]) is Offer.OVERLOADED
     assert pipeline.stats().queued_bytes == 5000
 
 
@@ -61,8 +60,7 @@ async def _shutdown(pipeline: Pipeline) -> None:
 def test_no_offers_after_shutdown() -> None:
     pipeline = _pipeline(max_spans=10, max_bytes=1 << 20)
     asyncio.run(_shutdown(pipeline))
-    assert not pipeline.offer([_span(1, 1)])
-    assert pipeline.refusal == "shutting_down"
+    assert pipeline.offer([_span(1, 1)]) is Offer.SHUTTING_DOWN
 
 
 def test_judged_retrieval_matches_the_metric_core_and_scores_a_judged_miss_zero() -> None:
@@ -226,23 +224,23 @@ def test_metric_buffers_are_bounded_and_a_scrape_shows_every_value() -> None:
 
 def test_queue_takes_exactly_its_span_capacity() -> None:
     pipeline = _pipeline(max_spans=3, max_bytes=1 << 20)
-    assert pipeline.offer([_span(1, 10), _span(2, 10), _span(3, 10)])  # 3 of 3: full, still taken
-    assert not pipeline.offer([_span(4, 10)])
+    assert pipeline.offer([_span(1, 10), _span(2, 10), _span(3, 10)]) is Offer.ACCEPTED  # 3 of 3: full, still taken
+    assert pipeline.offer([_span(4, 10)]) is Offer.OVERLOADED
     assert pipeline.stats().queued_spans == 3
 
 
 def test_an_empty_queue_takes_a_batch_larger_than_its_span_capacity() -> None:
     pipeline = _pipeline(max_spans=2, max_bytes=1 << 20)
-    assert pipeline.offer([_span(1, 10), _span(2, 10), _span(3, 10)])  # else refused forever
-    assert not pipeline.offer([_span(4, 10)])
+    assert pipeline.offer([_span(1, 10), _span(2, 10), _span(3, 10)]) is Offer.ACCEPTED  # else refused forever
+    assert pipeline.offer([_span(4, 10)]) is Offer.OVERLOADED
     assert pipeline.stats().queued_spans == 3
 
 
 def test_queue_takes_exactly_its_byte_capacity() -> None:
     pipeline = _pipeline(max_spans=100, max_bytes=1000)
-    assert pipeline.offer([_span(1, 600)])
-    assert pipeline.offer([_span(2, 400)])  # 1000 of 1000 bytes: taken
-    assert not pipeline.offer([_span(3, 1)])
+    assert pipeline.offer([_span(1, 600)]) is Offer.ACCEPTED
+    assert pipeline.offer([_span(2, 400)]) is Offer.ACCEPTED  # 1000 of 1000 bytes: taken
+    assert pipeline.offer([_span(3, 1)]) is Offer.OVERLOADED
     assert pipeline.stats().queued_bytes == 1000
 
 
@@ -277,7 +275,7 @@ def test_the_worker_gives_back_every_queued_span_and_byte() -> None:
     took it (else ingest would answer 503 forever once the capacity had passed once)."""
     pipeline, _ = _counting_pipeline(lambda trace: None, max_spans=4, max_bytes=1000)
 
-    async def run() -> list[bool]:
+    async def run() -> list[Offer]:
         worker = asyncio.create_task(pipeline.run())
         answers = []
         for trace in range(1, 51):  # 50 batches of 3 spans and 900 bytes through a queue of 4 / 1000
@@ -289,7 +287,7 @@ def test_the_worker_gives_back_every_queued_span_and_byte() -> None:
         await worker
         return answers
 
-    assert asyncio.run(run()) == [True] * 50
+    assert asyncio.run(run()) == [Offer.ACCEPTED] * 50
     assert pipeline.stats().queued_bytes == 0 and pipeline.stats().queued_spans == 0
 
 
@@ -315,10 +313,10 @@ def test_a_trace_that_fails_is_counted_and_the_worker_goes_on() -> None:
     async def run() -> None:
         worker = asyncio.create_task(pipeline.run())
         for trace in (6, 7, 8):
-            assert pipeline.offer([_root(trace, 10)])
+            assert pipeline.offer([_root(trace, 10)]) is Offer.ACCEPTED
         await _until(lambda: pipeline.stats().records + sum(pipeline.stats().dropped.values()) == 3)
         assert not worker.done()
-        assert pipeline.offer([_root(9, 10)])  # still working after the bad trace
+        assert pipeline.offer([_root(9, 10)]) is Offer.ACCEPTED  # still working after the bad trace
         await _until(lambda: pipeline.stats().records == 3)
         await pipeline.shutdown()
         await worker
@@ -340,7 +338,7 @@ def test_the_worker_yields_while_it_moves_a_full_queue_into_assembly() -> None:
     for trace in range(1, 21):
         spans = [replace(_root(trace, 10), span_id=(i + 1).to_bytes(8, "big"), parent_span_id=b"" if i == 0 else bytes([1]) * 8)
                  for i in range(batch)]
-        assert pipeline.offer(spans)
+        assert pipeline.offer(spans) is Offer.ACCEPTED
     steps: list[int] = []
 
     async def run() -> None:
@@ -392,11 +390,10 @@ def test_a_fresh_pipeline_counts_nothing() -> None:
 
 def test_queue_counts_every_batch_up_to_its_span_capacity() -> None:
     pipeline = _pipeline(max_spans=3, max_bytes=1 << 20)
-    assert pipeline.offer([_span(1, 10), _span(2, 10)])
-    assert pipeline.offer([_span(3, 10)])  # 3 of 3 spans, over two batches: taken
+    assert pipeline.offer([_span(1, 10), _span(2, 10)]) is Offer.ACCEPTED
+    assert pipeline.offer([_span(3, 10)]) is Offer.ACCEPTED  # 3 of 3 spans, over two batches: taken
     assert pipeline.stats().queued_spans == 3
-    assert not pipeline.offer([_span(4, 10)])
-    assert pipeline.refusal == "overloaded"
+    assert pipeline.offer([_span(4, 10)]) is Offer.OVERLOADED
 
 
 def test_scoring_counts_ignored_unlabelled_contentless_and_failed_traces(caplog: pytest.LogCaptureFixture) -> None:
@@ -465,7 +462,7 @@ def test_the_worker_moves_exactly_take_spans_per_step_then_yields() -> None:
         return [Span(bytes(16), i.to_bytes(8, "big"), bytes([1]) * 8, "s", 0, 1) for i in range(first, first + n)]
 
     for first, n in [(10, _TAKE_SPANS - 1), (1, 1), (2, 1), (3, 1)]:
-        assert pipeline.offer(batch(first, n))
+        assert pipeline.offer(batch(first, n)) is Offer.ACCEPTED
 
     async def run() -> list[int]:
         worker = asyncio.create_task(pipeline.run())
@@ -503,7 +500,7 @@ def test_an_idle_worker_waits_for_a_batch_and_wakes_as_one_arrives() -> None:
         for _ in range(20):
             await asyncio.sleep(0)
         assert calls[0] == 0
-        assert pipeline.offer([_root(5, 10)])
+        assert pipeline.offer([_root(5, 10)]) is Offer.ACCEPTED
         async with asyncio.timeout(5.0):
             while not seen:
                 await asyncio.sleep(0)
@@ -521,7 +518,7 @@ def test_shutdown_scores_every_batch_still_queued_at_the_clock_time() -> None:
     pipeline = _recording_pipeline(
         lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1), lambda record: RecordScores((), False, ()), [42.0], seen
     )
-    assert pipeline.offer([_root(1, 10)]) and pipeline.offer([_root(2, 10)])
+    assert [pipeline.offer([_root(1, 10)]), pipeline.offer([_root(2, 10)])] == [Offer.ACCEPTED] * 2
 
     async def run() -> None:
         await pipeline.shutdown()
@@ -545,7 +542,7 @@ def test_an_idle_worker_finishes_a_quiet_trace_within_a_second() -> None:
 
     async def run() -> None:
         worker = asyncio.create_task(pipeline.run())
-        assert pipeline.offer([_root(3, 10)])
+        assert pipeline.offer([_root(3, 10)]) is Offer.ACCEPTED
         async with asyncio.timeout(5.0):
             while pipeline._assembler.stats().spans_accepted == 0:
                 await asyncio.sleep(0)

@@ -25,6 +25,7 @@ from server_helpers import LoopThread
 from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 
 from ragmon.errors import DecodeError
+from ragmon.model import Offer
 from ragmon.otlp.decode import decode_protobuf
 from ragmon.receivers.listeners import ListenerLimits
 from ragmon.receivers import otlp_grpc
@@ -202,7 +203,7 @@ def test_with_every_turn_taken_an_export_gets_unavailable_with_retry_info(loop: 
 
 
 def test_while_shutting_down_an_export_gets_unavailable_saying_so(receiver: Receiver) -> None:
-    receiver.sink.refuse, receiver.sink.refusal = 1, "shutting_down"
+    receiver.sink.refuse, receiver.sink.refusal = 1, Offer.SHUTTING_DOWN
     with pytest.raises(grpc.RpcError) as info:
         _call(receiver.url, to_protobuf(SPANS))
     _assert_unavailable_with_retry_info(info.value, "ragmon is shutting down; retry later")

@@ -30,7 +30,7 @@ from net_helpers import exchange, has_traceback, problem_lines, read_all, status
 from server_helpers import LoopThread, post
 
 from ragmon.otlp.decode import SpanSelection
-from ragmon.model import AttributeFilter, Span
+from ragmon.model import AttributeFilter, Offer, Span
 from ragmon.receivers.listeners import ListenerLimits
 from ragmon.receivers.ratelog import RateLimitedLog
 from ragmon.receivers import otlp_http
@@ -48,15 +48,15 @@ class Sink:
     spans: list[Span] = field(default_factory=list)
     refuse: int = 0
     offers: int = 0
-    refusal: str = "overloaded"
+    refusal: Offer = Offer.OVERLOADED
 
-    def offer(self, spans: Sequence[Span]) -> bool:
+    def offer(self, spans: Sequence[Span]) -> Offer:
         self.offers += 1
         if self.refuse > 0:
             self.refuse -= 1
-            return False
+            return self.refusal
         self.spans.extend(spans)
-        return True
+        return Offer.ACCEPTED
 
 
 @dataclass
@@ -570,7 +570,7 @@ def test_spans_the_pipeline_refuses_get_503_naming_why(
     span and logged (by the ``ragmon`` logger) with the client's address."""
     caplog.set_level(logging.INFO)
     for receiver in _start(loop):
-        receiver.sink.refuse, receiver.sink.refusal = 2, refusal
+        receiver.sink.refuse, receiver.sink.refusal = 2, Offer(refusal)
         conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
         try:
             code, headers, body, closes = _post_kept(conn, to_otlp_json(SPANS), JS)

@@ -17,6 +17,7 @@ from server_helpers import LoopThread, sidecar_thread
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, Price, ReceiverConfig, MetricsConfig
+from ragmon.model import Offer
 
 PRICE = Price(input=0.15, output=0.60)
 # (ranking, relevant): reciprocal ranks 1, 1/2, 0
@@ -164,4 +165,4 @@ def test_shutdown_scores_the_traces_held(sidecar: tuple[Sidecar, FakeClock, Loop
     wait_for(lambda: car.worker is not None and car.worker.done())
     assert car.worker is not None and car.worker.exception() is None
     assert car.pipeline.stats().records == 3
-    assert not car.pipeline.offer([])  # no longer accepting
+    assert car.pipeline.offer([]) is Offer.SHUTTING_DOWN  # no longer accepting

@@ -28,6 +28,7 @@ import ragmon
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig, ScoringConfig
 from ragmon.export.exporter import FOLDED_LABELS
+from ragmon.model import Offer
 from ragmon.receivers.ingest import REQUEST_REJECT_REASONS, SPAN_REJECT_REASONS
 
 pytestmark = pytest.mark.filterwarnings(r"ignore:Calling \.text\(\) as a method is deprecated")
@@ -107,7 +108,8 @@ def test_trouble_counters_are_exported_at_zero_before_the_first_event() -> None:
 def test_reject_reasons_and_folded_labels_used_in_the_code_are_the_exported_ones() -> None:
     """Every literal reason or limited label in ragmon's source is in the tables exported at 0."""
     source = "\n".join(p.read_text(encoding="utf-8") for p in Path(ragmon.__file__).parent.rglob("*.py"))
-    reasons = set(re.findall(r'reject\("([a-z_]+)"\)', source)) | set(re.findall(r'self\.refusal = "([a-z_]+)"', source))
+    refusals = {offer.value for offer in Offer if offer is not Offer.ACCEPTED}
+    reasons = set(re.findall(r'reject\("([a-z_]+)"\)', source)) | refusals
     known = set(SPAN_REJECT_REASONS) | {r for rs in REQUEST_REJECT_REASONS.values() for r in rs}
     assert reasons and reasons <= known, reasons - known
     labels = set(re.findall(r'limit\("([a-z_]+)"', source))

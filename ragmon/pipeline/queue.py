@@ -1,7 +1,7 @@
 """The sidecar's pipeline behind the receivers: queue -> assembly -> conventions -> scoring -> metrics.
 
 One asyncio task drains a bounded queue of span batches; receivers only ``offer`` (never
-block). A full queue makes ``offer`` return False, and the receivers answer 503/UNAVAILABLE
+block). A full queue makes ``offer`` return ``Offer.OVERLOADED``, and the receivers answer 503/UNAVAILABLE
 so exporters retry: nothing is dropped silently. One bad trace never stops the worker: it is
 counted in ``ragmon_dropped_total{reason}`` and the worker goes on.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ragmon.model import RagRecord, Span, Trace
+from ragmon.model import Offer, RagRecord, Span, Trace
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.scoring.records import RecordScores
 
@@ -80,7 +80,6 @@ class Pipeline:
         self._queue: asyncio.Queue[Sequence[Span]] = asyncio.Queue()
         self._queued = 0
         self._accepting = True
-        self.refusal = "overloaded"
         self._records = 0
         self._ignored = 0
         self._unlabelled = 0
@@ -89,23 +88,22 @@ class Pipeline:
 
     # -- SpanSink ----------------------------------------------------------------------------
 
-    def offer(self, spans: Sequence[Span]) -> bool:
-        """Queue a batch; False when full or shutting down (the receiver answers 503)."""
+    def offer(self, spans: Sequence[Span]) -> Offer:
+        """Queue a batch (``ACCEPTED``), or refuse it: ``OVERLOADED`` when full, ``SHUTTING_DOWN``
+        after ``shutdown`` (the receiver answers 503)."""
         if not self._accepting:
-            self.refusal = "shutting_down"
-            return False
+            return Offer.SHUTTING_DOWN
         size = sum(span.size for span in spans)
         # an empty queue takes any batch the body limit let in (else a body larger than the
         # queue would be refused forever and its exporter would retry it without end)
         if self._queued and (
             self._queued + len(spans) > self._max_queued or self._queued_bytes + size > self._max_queued_bytes
         ):
-            self.refusal = "overloaded"
-            return False
+            return Offer.OVERLOADED
         self._queued += len(spans)
         self._queued_bytes += size
         self._queue.put_nowait(spans)
-        return True
+        return Offer.ACCEPTED
 
     @property
     def overloaded(self) -> bool:

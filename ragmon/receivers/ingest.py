@@ -12,7 +12,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ragmon.model import Span
+from ragmon.model import Offer, Span
 from ragmon.otlp.decode import Decoded, SpanSelection
 
 __all__ = ["DECODE_IN_THREAD_BYTES", "IngestGate", "decode_body", "REQUEST_REJECT_REASONS", "SPAN_REJECT_REASONS", "SpanSink", "IngestStats", "ReceiverSettings", "hand_over"]
@@ -31,15 +31,11 @@ REQUEST_REJECT_REASONS = {
 
 
 class SpanSink(Protocol):
-    """Where receivers put decoded spans. ``offer`` never blocks: it returns False when the
-    pipeline is full, and the receiver answers 503/UNAVAILABLE so the exporter retries."""
+    """Where receivers put decoded spans. ``offer`` never blocks: it answers ``Offer.OVERLOADED``
+    when the pipeline is full (or ``SHUTTING_DOWN``), and the receiver answers 503/UNAVAILABLE
+    so the exporter retries."""
 
-    def offer(self, spans: Sequence[Span]) -> bool: ...
-
-    @property
-    def refusal(self) -> str:
-        """Why the last ``offer`` returned False: ``overloaded`` or ``shutting_down``."""
-        ...
+    def offer(self, spans: Sequence[Span]) -> Offer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,13 +105,14 @@ async def decode_body(decode: Callable[[bytes, SpanSelection], Decoded], body: b
     return decode(body, selection)
 
 
-def hand_over(decoded: Decoded, sink: SpanSink, stats: IngestStats, protocol: str) -> ExportTraceServiceResponse | None:
-    """Offer decoded spans to the sink and count them; the OTLP response, or ``None`` when the
-    sink refused them (the receiver answers 503 / UNAVAILABLE and the exporter retries)."""
-    if decoded.spans and not sink.offer(decoded.spans):
+def hand_over(decoded: Decoded, sink: SpanSink, stats: IngestStats, protocol: str) -> ExportTraceServiceResponse | Offer:
+    """Offer decoded spans to the sink and count them; the OTLP response, or the sink's refusal
+    (``OVERLOADED`` / ``SHUTTING_DOWN``: the receiver answers 503 / UNAVAILABLE and the exporter
+    retries)."""
+    if decoded.spans and (offer := sink.offer(decoded.spans)) is not Offer.ACCEPTED:
         # decoded, so countable: the spans are refused, not the body
-        stats.spans_rejected[(protocol, sink.refusal)] += len(decoded.spans)
-        return None
+        stats.spans_rejected[(protocol, offer.value)] += len(decoded.spans)
+        return offer
     stats.spans_received[protocol] += len(decoded.spans) + decoded.rejected
     if decoded.truncated:
         stats.attributes_truncated[protocol] += decoded.truncated

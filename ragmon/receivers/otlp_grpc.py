@@ -28,6 +28,7 @@ from google.rpc.error_details_pb2 import RetryInfo
 from google.rpc.status_pb2 import Status
 
 from ragmon.errors import DecodeError
+from ragmon.model import Offer
 from ragmon.otlp.decode import decode_protobuf
 from ragmon.receivers.auth import bearer_token_matches
 from ragmon.receivers.ingest import (
@@ -137,9 +138,10 @@ def _handler(
         finally:
             reading -= 1
         response = hand_over(decoded, sink, stats, PROTOCOL)
-        if response is None:
-            log.warn(f"OTLP/gRPC {sink.refusal}", context.peer(), "UNAVAILABLE, spans refused; the exporter retries")
-            await unavailable(context, f"ragmon is {sink.refusal.replace('_', ' ')}; retry later")
+        if isinstance(response, Offer):
+            refusal = response.value
+            log.warn(f"OTLP/gRPC {refusal}", context.peer(), "UNAVAILABLE, spans refused; the exporter retries")
+            await unavailable(context, f"ragmon is {refusal.replace('_', ' ')}; retry later")
             return b""  # not reached: abort raises
         return bytes(response.SerializeToString())
 

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ragmon.errors import BodyTooLargeError, DecodeError
+from ragmon.model import Offer
 from ragmon.otlp.decode import Decoded, decode_json, decode_protobuf
 from ragmon.receivers.auth import bearer_token_matches
 from ragmon.receivers.gunzip import gunzip
@@ -161,8 +162,8 @@ class HttpReceiver:
         if isinstance(decoded, web.Response):
             return decoded
         response = hand_over(decoded, self.sink, self.stats, PROTOCOL)
-        if response is None:
-            refusal = self.sink.refusal
+        if isinstance(response, Offer):
+            refusal = response.value
             self.log.warn(f"OTLP/HTTP {refusal}", _peer(request), "503, spans refused; the exporter retries")
             message = f"ragmon is {refusal.replace('_', ' ')}; retry later"
             answer = _reply(reply_type, 503, Status(code=_GRPC_UNAVAILABLE, message=message), _RETRY)
