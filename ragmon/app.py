@@ -168,8 +168,14 @@ class Sidecar:
         self.registry.register(StatsCollector(self.judge.collect))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
-        self.worker: asyncio.Task[None] | None = None
+        self._workers = contextlib.AsyncExitStack()
+        """The bounded-queue workers, entered by ``start`` and exited, newest first, by ``drain``."""
         self.started_at = self.wall()
+
+    @property
+    def worker(self) -> asyncio.Task[None] | None:
+        """The pipeline's worker task once started."""
+        return self.pipeline.worker
 
     # -- HTTP: /metrics, /healthz, /readyz, / ----------------------------------------------------
 
@@ -270,9 +276,9 @@ class Sidecar:
         life = self._life
         life.caps = connection_caps(cfg, _open_files_limit())
         self.registry.register(StatsCollector(life.listeners.collect))
-        await self.judge.start()
+        await self._workers.enter_async_context(self.judge)
         log.info("judge: %s", self.judge.mode)
-        self.worker = asyncio.create_task(self.pipeline.run(), name="ragmon-pipeline")
+        await self._workers.enter_async_context(self.pipeline)
         metrics_address = parse_listen(cfg.metrics.listen)
         if metrics_address is not None:
             self.ports.metrics = await self._serve(self.metrics_app(), metrics_address)
@@ -321,17 +327,9 @@ class Sidecar:
         then wait briefly for judgements in flight."""
         started = time.monotonic()
         pending, scored = self.assembler.stats().traces_pending, self.pipeline.stats().records
-        await self.pipeline.shutdown()
-        if self.worker is not None and not self.worker.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self.worker), timeout)
-            except TimeoutError:
-                left = self.assembler.stats().traces_pending
-                log.error("shutdown: the pipeline did not finish within %gs; %d trace(s) not scored", timeout, left)
-                self.worker.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self.worker
-        await self.judge.stop(min(JUDGE_WAIT, timeout))  # "waits briefly for in-flight judgements"
+        self.pipeline.stop_timeout = timeout
+        self.judge.stop_timeout = min(JUDGE_WAIT, timeout)  # "waits briefly for in-flight judgements"
+        await self._workers.aclose()  # the pipeline first, then the judge and its sender
         self._life.drained.set()
         log.info("shutdown: drained in %.1fs (%d trace(s) were held; %d scored)",
                  time.monotonic() - started, pending, self.pipeline.stats().records - scored)

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 
+import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -102,3 +104,48 @@ def test_the_logged_endpoint_carries_no_credentials_path_or_query() -> None:
     sender = EvaluationSender("https://user:s3cret@eval.example:8443/otlp?token=t0k", rng=random.Random(0))
     assert sender._where == "https://eval.example:8443"
     assert "s3cret" not in sender._where and "t0k" not in sender._where
+
+
+def test_sender_as_a_context_manager_sends_on_enter_and_flushes_on_exit() -> None:
+    """``async with``: the sending task runs inside; on exit what is buffered is sent (within
+    ``stop_timeout``) and later results are dropped."""
+
+    async def main() -> None:
+        runner, url, bodies = await _serve([])
+        async with EvaluationSender(url, batch=10, interval=60.0, rng=random.Random(0), stop_timeout=5.0) as sender:
+            assert sender.offer(_result(0))
+        assert not sender.offer(_result(1))
+        await runner.cleanup()
+        assert len(bodies) == 1
+        assert (sender.stats().sent, sender.stats().dropped, sender.stats().buffered) == (1, 1, 0)
+
+    asyncio.run(main())
+
+
+def test_a_sender_cut_off_at_its_stop_timeout_drops_what_is_left_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    async def main() -> None:
+        hang = asyncio.Event()
+
+        async def traces(request: web.Request) -> web.Response:
+            await hang.wait()
+            return web.Response()
+
+        app = web.Application()
+        app.router.add_post("/v1/traces", traces)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        sender = EvaluationSender(url, batch=1, interval=60.0, rng=random.Random(0), stop_timeout=0.2)
+        async with sender:
+            for i in range(3):
+                sender.offer(_result(i))
+        hang.set()
+        await runner.cleanup()
+        stats = sender.stats()
+        assert stats.sent == 0 and stats.failed + stats.dropped == 3 and stats.buffered == 0
+
+    with caplog.at_level(logging.WARNING, logger="ragmon"):
+        asyncio.run(main())
+    assert "evaluation sender did not finish in 0s" in caplog.text

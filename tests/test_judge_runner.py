@@ -95,14 +95,11 @@ def run(
 
             judge = Judge(
                 cfg, client, pricer or Pricer(package_table=False), lambda: holder[0].now[0], collect,
-                random.Random(0), breaker=breaker, backoff_base=0.001, backoff_cap=0.01,
+                random.Random(0), breaker=breaker, backoff_base=0.001, backoff_cap=0.01, stop_timeout=1.0,
             )
             holder.append(Harness(judge, srv))
-            await judge.start()
-            try:
+            async with judge:  # started on enter, stopped (within stop_timeout) on exit
                 await asyncio.wait_for(scenario(holder[0]), 10)
-            finally:
-                await judge.stop(1.0)
             return holder[0]
 
     return asyncio.run(main())

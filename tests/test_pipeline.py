@@ -4,8 +4,10 @@ buffering (flushed before every yield; batched folding scrapes as per-request fo
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import re
+import time
 from dataclasses import replace
 
 import pytest
@@ -555,3 +557,45 @@ def test_an_idle_worker_finishes_a_quiet_trace_within_a_second() -> None:
 
     asyncio.run(run())
     assert seen == [((3).to_bytes(16, "big"), 2.0)]
+
+
+def test_as_a_context_manager_the_pipeline_runs_its_worker_and_drains_on_exit() -> None:
+    """``async with``: the worker runs inside; on exit the pipeline refuses new spans and the
+    traces it holds are scored before the exit returns."""
+    seen: list[tuple[bytes, float]] = []
+    pipeline = _recording_pipeline(
+        lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1), lambda record: RecordScores((), False, ()), [7.0], seen
+    )
+
+    async def run() -> None:
+        assert pipeline.worker is None
+        async with pipeline:
+            assert pipeline.worker is not None and not pipeline.worker.done()
+            assert pipeline.offer([_root(1, 10)]) is Offer.ACCEPTED
+        assert pipeline.worker.done() and pipeline.offer([_root(2, 10)]) is Offer.SHUTTING_DOWN
+
+    asyncio.run(run())
+    assert seen == [((1).to_bytes(16, "big"), 7.0)]
+
+
+def test_on_exit_a_worker_past_its_stop_timeout_is_cancelled_and_the_loss_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """The drain is bounded: past ``stop_timeout`` the worker is cancelled (at its next yield,
+    every ``_SLICE`` traces) and the traces not scored are logged."""
+
+    def slow(trace: Trace) -> RagRecord | None:
+        time.sleep(0.0002)
+        return None
+
+    pipeline, _ = _counting_pipeline(slow, max_spans=10_000, max_bytes=10**9)
+    pipeline.stop_timeout = 0.05
+
+    async def run() -> None:
+        async with pipeline:
+            for trace in range(1, 32 * _SLICE + 1):
+                assert pipeline.offer([_root(trace, 10)]) is Offer.ACCEPTED
+        assert pipeline.worker is not None and pipeline.worker.cancelled()
+
+    with caplog.at_level(logging.ERROR, logger="ragmon"):
+        asyncio.run(run())
+    assert "shutdown: the pipeline did not finish within 0.05s" in caplog.text
+    assert pipeline.stats().ignored < 32 * _SLICE

@@ -17,6 +17,8 @@ import urllib.parse
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
 
 import aiohttp
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -97,7 +99,11 @@ class SenderStats:
 
 
 class EvaluationSender:
-    """Buffers results and posts them in batches; ``offer`` never blocks."""
+    """Buffers results and posts them in batches; ``offer`` never blocks.
+
+    ``start`` runs the sending task, ``stop`` flushes and ends it; ``async with sender:`` does
+    both (stopping within ``stop_timeout``).
+    """
 
     def __init__(
         self,
@@ -109,6 +115,7 @@ class EvaluationSender:
         timeout: float = 10.0,
         retries: int = 2,
         rng: random.Random | None = None,
+        stop_timeout: float = 5.0,
     ) -> None:
         self.url = endpoint.rstrip("/") + "/v1/traces"
         parts = urllib.parse.urlsplit(self.url)
@@ -124,6 +131,9 @@ class EvaluationSender:
         self._wake = asyncio.Event()
         self._closing = False
         self._sent = self._dropped = self._failed = 0
+        self._task: asyncio.Task[None] | None = None
+        self.stop_timeout = stop_timeout
+        """Seconds the sender gets on exit to flush what is buffered."""
 
     def offer(self, result: EvaluationResult) -> bool:
         """Buffer one result; ``False`` (and counted as dropped) when the buffer is full."""
@@ -154,6 +164,31 @@ class EvaluationSender:
                     await self._send(session, self._take(), self._retries)
             while self._buffer:
                 await self._send(session, self._take(), 0)
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
+    ) -> None:
+        await self.stop(self.stop_timeout)
+
+    def start(self) -> None:
+        """Run ``run`` in a task."""
+        self._task = asyncio.create_task(self.run(), name="ragmon-evaluation-sender")
+
+    async def stop(self, timeout: float) -> None:
+        """``close``, then let ``run`` flush for at most ``timeout`` seconds; what it could not
+        send by then is counted (``failed`` / ``dropped``)."""
+        if self._task is None:
+            return
+        await self.close()
+        try:
+            await asyncio.wait_for(self._task, max(timeout, 0.0))
+        except TimeoutError:
+            lost = self.discard()
+            log.warning("evaluation sender did not finish in %.0fs; %d result(s) dropped", timeout, lost)
 
     async def close(self) -> None:
         """Stop accepting; ``run`` flushes what is buffered and returns."""

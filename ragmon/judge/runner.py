@@ -45,8 +45,9 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import Final, Literal, Protocol, TypeAlias, cast
+from enum import StrEnum
+from types import MappingProxyType, TracebackType
+from typing import Final, Literal, Protocol, Self, TypeAlias, cast
 
 from ragmon.config import JudgeConfig, parse_duration
 from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
@@ -81,9 +82,21 @@ Outcome: TypeAlias = Literal["ok", "error", "timeout", "invalid", "skipped_rate"
 OUTCOMES: Final[tuple[Outcome, ...]] = (
     "ok", "error", "timeout", "invalid", "skipped_rate", "skipped_budget", "dropped",
 )
-SubmitResult: TypeAlias = Literal[
-    "not_applicable", "skipped_rate", "skipped_budget", "breaker_open", "cached", "dropped", "queued",
-]
+
+
+class SubmitResult(StrEnum):
+    """What ``Judge.submit`` did with a record (as the OTel SDK's export results)."""
+
+    NOT_APPLICABLE = "not_applicable"
+    """No configured evaluator applies to the record."""
+    SKIPPED_RATE = "skipped_rate"
+    SKIPPED_BUDGET = "skipped_budget"
+    BREAKER_OPEN = "breaker_open"
+    CACHED = "cached"
+    DROPPED = "dropped"
+    QUEUED = "queued"
+
+
 _DOCUMENT_EVALUATORS: Final = frozenset({"faithfulness", "context_relevance"})
 _REQUEST_REFUSED: Final = frozenset({400, 413, 422})
 """Statuses that refuse one request (its size or shape), not a sign the endpoint is down."""
@@ -153,7 +166,8 @@ def _cache_key(record: RagRecord, evaluators: tuple[Evaluator, ...]) -> str:
 
 
 class Judge:
-    """Runs the LLM judge; see the module docstring. ``start`` before use, ``stop`` at the end.
+    """Runs the LLM judge; see the module docstring. ``start`` before use, ``stop`` at the end
+    (or ``async with judge:``, which stops within ``stop_timeout``).
 
     ``clock`` is monotonic seconds (breaker, budget windows); ``rng`` drives backoff jitter.
     ``breaker``, ``backoff_base`` and ``backoff_cap`` (seconds) may be given for tuning/tests.
@@ -171,6 +185,7 @@ class Judge:
         breaker: CircuitBreaker | None = None,
         backoff_base: float = 0.5,
         backoff_cap: float = 10.0,
+        stop_timeout: float = 5.0,
     ) -> None:
         self._evaluators = tuple(
             e for e in _evaluators_from_config(config.evaluators)
@@ -198,6 +213,8 @@ class Judge:
         self._idle.set()
         self._workers: list[asyncio.Task[None]] = []
         self._closed = False
+        self.stop_timeout = stop_timeout
+        """Seconds calls in flight get to finish on exit (``stop``)."""
 
     # -- submission (synchronous) ------------------------------------------------------------
 
@@ -210,16 +227,16 @@ class Judge:
         """
         evaluators = applicable_evaluators(record, self._evaluators)
         if not evaluators:
-            return "not_applicable"
+            return SubmitResult.NOT_APPLICABLE
         if not probe and not sampled(record.trace_id, self._admission.sample_rate):
             self._count(evaluators, "skipped_rate")
-            return "skipped_rate"
+            return SubmitResult.SKIPPED_RATE
         if self._closed:
             self._count(evaluators, "dropped")
-            return "dropped"
+            return SubmitResult.DROPPED
         if self._breaker.refusing(now):
             self._count(evaluators, "error")
-            return "breaker_open"
+            return SubmitResult.BREAKER_OPEN
         redacted = self._redactor.redact_record(record)
         key = _cache_key(redacted, evaluators)
         hit = self._cache.get(key)
@@ -227,20 +244,29 @@ class Judge:
             self._cache.move_to_end(key)
             self._cache_hits += 1
             self._deliver(record, hit)
-            return "cached"
+            return SubmitResult.CACHED
         decision = self._admission.decide(record.trace_id, now, probe)
         if decision is not Decision.ADMIT:
             outcome = cast(Outcome, decision.value)
             self._count(evaluators, outcome)
-            return cast(SubmitResult, outcome)
+            return SubmitResult(outcome)
         try:
             self._queue.put_nowait(_Item(record, redacted, evaluators, key))
         except asyncio.QueueFull:
             self._count(evaluators, "dropped")
-            return "dropped"
-        return "queued"
+            return SubmitResult.DROPPED
+        return SubmitResult.QUEUED
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
+    ) -> None:
+        await self.stop(self.stop_timeout)
 
     async def start(self) -> None:
         """Start the ``concurrency`` workers (once; not after ``stop``)."""

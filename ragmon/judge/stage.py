@@ -20,7 +20,8 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from types import TracebackType
+from typing import Final, Self
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -84,7 +85,8 @@ class JudgeStage:
             Judge(config, client, pricer, clock, self._on_judgement, self._rng) if client is not None else None
         )
         self.sender = EvaluationSender(config.export_endpoint, rng=self._rng) if config.export_endpoint else None
-        self._sender_task: asyncio.Task[None] | None = None
+        self.stop_timeout = 5.0
+        """Seconds the judge and the sender get together on exit (``stop``)."""
         self._lexical = 0
         self._app = 0
 
@@ -93,27 +95,32 @@ class JudgeStage:
         """``llm`` with an endpoint, else ``lexical``."""
         return "llm" if self.judge is not None else "lexical"
 
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
+    ) -> None:
+        await self.stop(self.stop_timeout)
+
     async def start(self) -> None:
         """Start the judge's workers and the sender."""
         if self.judge is not None:
             await self.judge.start()
         if self.sender is not None:
-            self._sender_task = asyncio.create_task(self.sender.run(), name="ragmon-evaluation-sender")
+            self.sender.start()
 
     async def stop(self, timeout: float) -> None:
         """Let in-flight judgements finish, then flush the sender, within ``timeout`` seconds in
         all (plus closing connections) however the endpoints behave; what the sender could not
         send by then is counted (``failed`` / ``dropped``)."""
-        deadline = asyncio.get_running_loop().time() + max(timeout, 0.0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
         if self.judge is not None:
             await self.judge.stop(timeout)
-        if self.sender is not None and self._sender_task is not None:
-            await self.sender.close()
-            try:
-                await asyncio.wait_for(self._sender_task, max(deadline - asyncio.get_running_loop().time(), 0.0))
-            except TimeoutError:
-                lost = self.sender.discard()
-                log.warning("evaluation sender did not finish in %.0fs; %d result(s) dropped", timeout, lost)
+        if self.sender is not None:
+            await self.sender.stop(max(deadline - loop.time(), 0.0))
 
     def observe(self, record: RagRecord, now: float, probe: bool = False) -> None:
         """Everything the judge stage does for one scored record (never waits). A ``probe``

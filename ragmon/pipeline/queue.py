@@ -4,16 +4,22 @@ One asyncio task drains a bounded queue of span batches; receivers only ``offer`
 block). A full queue makes ``offer`` return ``Offer.OVERLOADED``, and the receivers answer 503/UNAVAILABLE
 so exporters retry: nothing is dropped silently. One bad trace never stops the worker: it is
 counted in ``ragmon_dropped_total{reason}`` and the worker goes on.
+
+Lifecycle, as the judge's runner and the onward sender: an async context manager that starts
+the worker on enter and, on exit, stops accepting and lets the worker score every trace held,
+for at most ``stop_timeout`` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from types import TracebackType
+from typing import Protocol, Self
 
 from ragmon.model import Offer, RagRecord, Span, Trace
 from ragmon.pipeline.assembly import TraceAssembler
@@ -51,7 +57,10 @@ class PipelineStats:
 
 
 class Pipeline:
-    """Owns the queue and the worker; a ``SpanSink`` for the receivers."""
+    """Owns the queue and the worker; a ``SpanSink`` for the receivers.
+
+    ``async with pipeline:`` runs the worker (``worker``) and, on exit, ``stop(stop_timeout)``.
+    """
 
     def __init__(
         self,
@@ -65,6 +74,7 @@ class Pipeline:
         max_queued_spans: int,
         max_queued_bytes: int = 128 * 1024 * 1024,
         tick: float = 0.25,
+        stop_timeout: float = 10.0,
     ) -> None:
         self._assembler = assembler
         self._extract = extract
@@ -77,6 +87,10 @@ class Pipeline:
         self._max_queued_bytes = max_queued_bytes
         self._queued_bytes = 0
         self._tick = tick
+        self.stop_timeout = stop_timeout
+        """Seconds the worker gets on exit to score the traces held."""
+        self.worker: asyncio.Task[None] | None = None
+        """The worker task while entered (``run``)."""
         self._queue: asyncio.Queue[Sequence[Span]] = asyncio.Queue()
         self._queued = 0
         self._accepting = True
@@ -109,6 +123,32 @@ class Pipeline:
     def overloaded(self) -> bool:
         """True while the queue is more than 90% full."""
         return self._queued > 0.9 * self._max_queued
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        self.worker = asyncio.create_task(self.run(), name="ragmon-pipeline")
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
+    ) -> None:
+        await self.stop(self.stop_timeout)
+
+    async def stop(self, timeout: float) -> None:
+        """``shutdown``, then let the worker score every trace held for at most ``timeout``
+        seconds; past that it is cancelled and the traces left are logged."""
+        await self.shutdown()
+        worker = self.worker
+        if worker is not None and not worker.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(worker), timeout)
+            except TimeoutError:
+                left = self._assembler.stats().traces_pending
+                log.error("shutdown: the pipeline did not finish within %gs; %d trace(s) not scored", timeout, left)
+                worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await worker
 
     # -- worker --------------------------------------------------------------------------------
 
