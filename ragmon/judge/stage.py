@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -43,8 +42,6 @@ from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import final_ranking, score_judged_retrieval
 
 __all__ = ["APP_EVALUATION_NAMES", "JudgeStage"]
-
-log = logging.getLogger("ragmon")
 
 APP_EVALUATION_NAMES: Final[Mapping[str, str]] = {
     "faithfulness": "faithfulness",
