@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ragmon.app import Sidecar
+from ragmon.config import Config
 from ragmon.export.catalogue import CATALOGUE, Family, Kind, by_sample
 from ragmon.ops.dashboard import dashboard
 from ragmon.ops.rules import Thresholds, rule_groups
@@ -23,6 +25,7 @@ NOT_IN_GOLDEN = {
     "ragmon_probe_requests", "ragmon_probe_duration_seconds", "ragmon_probe_traces", "ragmon_probe_traces_pending",  # with probes
 }
 """Families the golden file's sidecar (default config, no listeners) does not export."""
+HISTOGRAMS = frozenset(f.name for f in CATALOGUE if f.kind is Kind.HISTOGRAM)
 TARGET_LABELS = frozenset({"job", "instance"})
 """Labels Prometheus adds at scrape time."""
 SELECTOR = re.compile(r"\b(ragmon_\w+)(?:\{([^}]*)\})?")
@@ -50,6 +53,16 @@ def test_names_are_unique_and_follow_the_conventions() -> None:
         assert not family.unit or family.name.endswith(f"_{family.unit}") or f"_{family.unit}_" in family.name, family.name
         assert len(set(family.labels)) == len(family.labels), family.name
         assert by_sample(next(iter(family.samples()))) is family
+    with pytest.raises(TypeError, match="_bucket"):
+        _ = by_sample("ragmon_traces_total").bucket
+    with pytest.raises(TypeError, match="histogram"):
+        _family("ragmon_faithfulness").empty()
+
+
+def test_the_series_budget_names_catalogue_families() -> None:
+    """``ragmon_series_folded_total{metric}`` names each family as it is exposed."""
+    metrics = Sidecar(Config(), clock=lambda: 10.0).metrics
+    assert set(metrics.series_folded()) <= {_exposed(f) for f in CATALOGUE}
 
 
 def _family(name: str) -> Family:
@@ -94,8 +107,8 @@ def _check(exprs: list[str]) -> set[str]:
     read = set()
     for expr in exprs:
         for name, labels in _uses(expr):
-            family = by_sample(name) if name not in {f.name for f in CATALOGUE if f.kind is Kind.HISTOGRAM} else None
-            assert family is not None, f"{name} is not a series of the catalogue (a histogram is read by its _bucket, _sum or _count): {expr}"
+            assert name not in HISTOGRAMS, f"a histogram is read by its _bucket, _sum or _count, not {name}: {expr}"
+            family = by_sample(name)
             unknown = labels - set(family.samples()[name]) - TARGET_LABELS
             assert not unknown, (name, unknown, expr)
             read.add(name)

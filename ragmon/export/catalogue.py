@@ -22,6 +22,7 @@ __all__ = [
     "MEAN_GAUGES",
     "SCORE_BUCKETS",
     "SCORE_HISTOGRAMS",
+    "SCORE_MEANS",
     "Family",
     "Kind",
     "by_sample",
@@ -56,26 +57,27 @@ class Family:
     @property
     def total(self) -> str:
         """A counter's sample name."""
-        assert self.kind is Kind.COUNTER, self.name
-        return f"{self.name}_total"
+        return self._series(Kind.COUNTER, "_total")
 
     @property
     def bucket(self) -> str:
         """A histogram's bucket series."""
-        assert self.kind is Kind.HISTOGRAM, self.name
-        return f"{self.name}_bucket"
+        return self._series(Kind.HISTOGRAM, "_bucket")
 
     @property
     def sum(self) -> str:
         """A histogram's sum series."""
-        assert self.kind is Kind.HISTOGRAM, self.name
-        return f"{self.name}_sum"
+        return self._series(Kind.HISTOGRAM, "_sum")
 
     @property
     def count(self) -> str:
         """A histogram's count series."""
-        assert self.kind is Kind.HISTOGRAM, self.name
-        return f"{self.name}_count"
+        return self._series(Kind.HISTOGRAM, "_count")
+
+    def _series(self, kind: Kind, suffix: str) -> str:
+        if self.kind is not kind:
+            raise TypeError(f"{self.name} is a {self.kind}: it has no {suffix} series")
+        return self.name + suffix
 
     def samples(self) -> dict[str, tuple[str, ...]]:
         """Sample name to label names, as prometheus_client writes them (``_created`` aside)."""
@@ -86,11 +88,13 @@ class Family:
         return {self.name: self.labels}
 
     def empty(self) -> CounterMetricFamily | GaugeMetricFamily:
-        """The family without samples, for a collector to fill (counters and gauges)."""
+        """The family without samples, for a collector to fill (counters and gauges; a
+        histogram is built by ``ragmon.export.series.HistogramFamily``)."""
         if self.kind is Kind.COUNTER:
             return CounterMetricFamily(self.name, self.help, labels=self.labels)
-        assert self.kind is Kind.GAUGE, self.name
-        return GaugeMetricFamily(self.name, self.help, labels=self.labels)
+        if self.kind is Kind.GAUGE:
+            return GaugeMetricFamily(self.name, self.help, labels=self.labels)
+        raise TypeError(f"{self.name} is a histogram: build it with HistogramFamily")
 
 
 def _counter(name: str, help: str, *labels: str, unit: str = "") -> Family:
@@ -105,16 +109,16 @@ def _histogram(name: str, help: str, buckets: tuple[float, ...], *labels: str, u
     return Family(f"ragmon_{name}", Kind.HISTOGRAM, help, labels, buckets, unit)
 
 
-SV = ("service", "variant")
-SVS = (*SV, "source")
+_SV = ("service", "variant")
+_SVS = (*_SV, "source")
 
 # -- RAG metrics: counters and histograms (ragmon.export.exporter.RagMetrics) ---------------------
 
-TRACES = _counter("traces", "Finished requests (RAG traces) scored.", *SV)
-TRACE_ERRORS = _counter("trace_errors", "Finished requests whose trace had an error.", *SV)
+TRACES = _counter("traces", "Finished requests (RAG traces) scored.", *_SV)
+TRACE_ERRORS = _counter("trace_errors", "Finished requests whose trace had an error.", *_SV)
 REQUEST_DURATION = _histogram(
     "request_duration_seconds", "Request latency per stage (total: the local root span).",
-    LATENCY_BUCKETS, *SV, "stage", unit="seconds",
+    LATENCY_BUCKETS, *_SV, "stage", unit="seconds",
 )
 TOKENS = _counter("tokens", "Model tokens.", "service", "model", "token_type")
 COST_USD = _counter("cost_usd", "Priced model cost in USD.", "service", "model", unit="usd")
@@ -122,15 +126,15 @@ UNPRICED_TOKENS = _counter("unpriced_tokens", "Tokens of models with no known pr
 LLM_CALLS_WITHOUT_USAGE = _counter(
     "llm_calls_without_usage", "Model calls whose span reported no tokens and no cost (not priced).", "service", "model"
 )
-RETRIEVAL_QUERIES = _counter("retrieval_queries", "Retrievals scored against relevance.", *SVS)
-RETRIEVAL_UNLABELLED = _counter("retrieval_unlabelled", "Retrievals with no relevance information (not scored).", *SV)
-RETRIEVAL_HITS = _counter("retrieval_hits", "Retrievals with a relevant document in the top k.", *SVS, "k")
-RETRIEVAL_RECIPROCAL_RANK = _histogram("retrieval_reciprocal_rank", "Reciprocal rank per retrieval.", SCORE_BUCKETS, *SVS)
-RETRIEVAL_RECALL = _histogram("retrieval_recall", "Recall@k per retrieval.", SCORE_BUCKETS, *SVS, "k")
-RETRIEVAL_PRECISION = _histogram("retrieval_precision", "Precision@k per retrieval.", SCORE_BUCKETS, *SVS, "k")
-RETRIEVAL_NDCG = _histogram("retrieval_ndcg", "NDCG@k per retrieval.", SCORE_BUCKETS, *SVS, "k")
+RETRIEVAL_QUERIES = _counter("retrieval_queries", "Retrievals scored against relevance.", *_SVS)
+RETRIEVAL_UNLABELLED = _counter("retrieval_unlabelled", "Retrievals with no relevance information (not scored).", *_SV)
+RETRIEVAL_HITS = _counter("retrieval_hits", "Retrievals with a relevant document in the top k.", *_SVS, "k")
+RETRIEVAL_RECIPROCAL_RANK = _histogram("retrieval_reciprocal_rank", "Reciprocal rank per retrieval.", SCORE_BUCKETS, *_SVS)
+RETRIEVAL_RECALL = _histogram("retrieval_recall", "Recall@k per retrieval.", SCORE_BUCKETS, *_SVS, "k")
+RETRIEVAL_PRECISION = _histogram("retrieval_precision", "Precision@k per retrieval.", SCORE_BUCKETS, *_SVS, "k")
+RETRIEVAL_NDCG = _histogram("retrieval_ndcg", "NDCG@k per retrieval.", SCORE_BUCKETS, *_SVS, "k")
 SCORE_HISTOGRAMS: Final[Mapping[str, Family]] = {
-    name: _histogram(name, help, SCORE_BUCKETS, *SVS, "judge")
+    name: _histogram(name, help, SCORE_BUCKETS, *_SVS, "judge")
     for name, help in (
         ("faithfulness", "Faithfulness per judged answer: supported claims / claims."),
         ("answer_relevance", "Answer relevance per judged answer: 1 yes, 0.5 partial, 0 no."),
@@ -146,7 +150,7 @@ BUILD_INFO = _gauge("build_info", "ragmon's version.", "version")
 
 
 def _mean(name: str, help: str, *labels: str, unit: str = "") -> Family:
-    return _gauge(name, help, *SV, *labels, "window", unit=unit)
+    return _gauge(name, help, *_SV, *labels, "window", unit=unit)
 
 
 RETRIEVAL_HIT_RATE = _mean("retrieval_hit_rate", "Share of queries with a relevant document in the top k, over the window.", "source", "k")
@@ -175,10 +179,10 @@ MEAN_GAUGES: Final = (
 )
 """Every rolling mean gauge, in the order of the exposition."""
 LATENCY = _gauge(
-    "latency_seconds", "Latency quantiles per stage over the window.", *SV, "stage", "quantile", "window", unit="seconds"
+    "latency_seconds", "Latency quantiles per stage over the window.", *_SV, "stage", "quantile", "window", unit="seconds"
 )
 WINDOW_SAMPLES = _gauge(
-    "window_samples", "Observations behind each rolling gauge (for alert guards).", *SV, "source", "metric", "window"
+    "window_samples", "Observations behind each rolling gauge (for alert guards).", *_SV, "source", "metric", "window"
 )
 
 # -- the exporter's own bounds ---------------------------------------------------------------------

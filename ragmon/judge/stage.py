@@ -171,12 +171,16 @@ class JudgeStage:
 
     def collect(self) -> Iterable[Metric]:
         """The judge's own series (SPEC §6 self-metrics)."""
-        requests, cost, unpriced, cache, queue, in_flight, breaker, mode, lexical, app = (
-            family.empty() for family in (
-                cat.JUDGE_REQUESTS, cat.JUDGE_COST_USD, cat.JUDGE_UNPRICED_TOKENS, cat.JUDGE_CACHE_HITS, cat.JUDGE_QUEUE,
-                cat.JUDGE_IN_FLIGHT, cat.JUDGE_BREAKER_OPEN, cat.JUDGE_INFO, cat.JUDGE_LEXICAL, cat.APP_EVALUATIONS,
-            )
-        )
+        requests = cat.JUDGE_REQUESTS.empty()
+        cost = cat.JUDGE_COST_USD.empty()
+        unpriced = cat.JUDGE_UNPRICED_TOKENS.empty()
+        cache = cat.JUDGE_CACHE_HITS.empty()
+        queue = cat.JUDGE_QUEUE.empty()
+        in_flight = cat.JUDGE_IN_FLIGHT.empty()
+        breaker = cat.JUDGE_BREAKER_OPEN.empty()
+        mode = cat.JUDGE_INFO.empty()
+        lexical = cat.JUDGE_LEXICAL.empty()
+        app = cat.APP_EVALUATIONS.empty()
         mode.add_metric([self.mode], 1)
         lexical.add_metric([], self._lexical)
         app.add_metric([], self._app)
