@@ -137,7 +137,8 @@ class _WindowCollector(Collector):
             family = _MEAN_GAUGES[gauge]
             readings = snapshots[gauge] = _Readings(store.snapshot(m.clock()))
             template = GaugeMetricFamily(gauge, family.help, labels=family.labels)
-            yield DeferredFamily(template, functools.partial(_fill_mean, readings, family.labels[2:-1]))
+            extra = family.labels[2:-1]  # between service, variant and window: source, k or judge
+            yield DeferredFamily(template, functools.partial(_fill_mean, readings, extra))
         readings = snapshots[LATENCY_GAUGE] = _Readings(m.latency.snapshot(m.clock()))
         latency = GaugeMetricFamily(LATENCY_GAUGE, cat.LATENCY.help, labels=cat.LATENCY.labels)
         yield DeferredFamily(latency, functools.partial(_fill_latency, readings))
