@@ -29,6 +29,7 @@ from test_sidecar import scrape, wait_for
 from test_sidecar_judge import ANSWER, DOCS, running
 
 from ragmon.config import JudgeConfig, ProbeConfig
+from ragmon.export.catalogue import CATALOGUE
 from ragmon.ops.dashboard import UID, main, render_dashboard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,6 +221,23 @@ def test_latency_targets_ask_for_exemplars() -> None:
 
 
 # -- the queries against a real scrape -------------------------------------------------------------
+
+
+def test_the_scrape_is_the_catalogue(scraped: str) -> None:
+    """A sidecar with a judge, a probe and its listeners exports every catalogue family but the
+    onward export's, each with the catalogue's help, type and labels."""
+    catalogue = {f.name: f for f in CATALOGUE}
+    names = set()
+    for family in text_string_to_metric_families(scraped):
+        if family.name.endswith("_created") or not family.name.startswith("ragmon_"):
+            continue
+        entry = catalogue[family.name]
+        names.add(family.name)
+        assert (family.documentation, family.type) == (entry.help, entry.kind.value), family.name
+        for sample in family.samples:
+            if not sample.name.endswith("_created"):
+                assert set(sample.labels) == set(entry.samples()[sample.name]), sample
+    assert set(catalogue) - names == {"ragmon_evaluations_exported"}
 
 
 def test_queries_read_only_series_ragmon_exports(exported: dict[str, str]) -> None:

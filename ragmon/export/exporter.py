@@ -26,7 +26,6 @@ import functools
 import gzip
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
@@ -41,7 +40,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from ragmon import __version__
-from ragmon.export.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS
+from ragmon.export import catalogue as cat
+from ragmon.export.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family, by_sample
 from ragmon.export.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
 from ragmon.export.series import (
     Cell,
@@ -90,7 +90,7 @@ ones set to ``other`` in a family's fold series."""
 MAX_BUFFERED = 512
 """Records (and judgements) buffered before ``observe`` flushes by itself: bounds the buffers
 while the clock stays in the same window buckets."""
-LATENCY_GAUGE = "ragmon_latency_seconds"
+LATENCY_GAUGE = cat.LATENCY.name
 
 MeanKey = tuple[str, str, str, str, str]
 """(gauge, service, variant, source, detail) of a mean series: ``detail`` is ``k`` for retrieval
@@ -99,25 +99,8 @@ LatencyKey = tuple[str, str, str]
 """(service, variant, stage)."""
 K = TypeVar("K", bound=Hashable)
 
-_MEAN_GAUGES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "ragmon_retrieval_hit_rate": ("Share of queries with a relevant document in the top k, over the window.", ("source", "k")),
-    "ragmon_retrieval_mrr": ("Mean reciprocal rank over the window.", ("source",)),
-    "ragmon_retrieval_recall_mean": ("Mean recall@k over the window.", ("source", "k")),
-    "ragmon_retrieval_precision_mean": ("Mean precision@k over the window.", ("source", "k")),
-    "ragmon_retrieval_ndcg_mean": ("Mean NDCG@k over the window.", ("source", "k")),
-    "ragmon_cost_usd_per_request": ("Mean cost of a request in USD over the window (requests whose every model call was priced).", ()),
-    "ragmon_error_ratio": ("Share of requests whose trace had an error over the window.", ()),
-    "ragmon_faithfulness_mean": ("Mean faithfulness (supported claims / claims) over the window.", ("source", "judge")),
-    "ragmon_answer_relevance_mean": ("Mean answer relevance over the window.", ("source", "judge")),
-    "ragmon_context_relevance_mean": ("Mean context relevance (relevant documents / documents) over the window.", ("source", "judge")),
-    "ragmon_answer_correctness_mean": ("Mean answer correctness (covered reference claims / claims) over the window.", ("source", "judge")),
-}
-GENERATION_SCORES: dict[str, str] = {
-    "faithfulness": "Faithfulness per judged answer: supported claims / claims.",
-    "answer_relevance": "Answer relevance per judged answer: 1 yes, 0.5 partial, 0 no.",
-    "context_relevance": "Context relevance per judged retrieval: relevant documents / documents.",
-    "answer_correctness": "Answer correctness per judged answer: covered reference claims / claims.",
-}
+_MEAN_GAUGES: dict[str, Family] = {family.name: family for family in cat.MEAN_GAUGES}
+GENERATION_SCORES: dict[str, str] = {name: family.help for name, family in cat.SCORE_HISTOGRAMS.items()}
 """Generation-quality scores (histogram ``ragmon_<name>``, gauge ``ragmon_<name>_mean``)."""
 
 
@@ -151,20 +134,15 @@ class _WindowCollector(Collector):
         m.flush()
         snapshots: dict[str, _Readings] = {}
         for gauge, store in m.gauges.items():
-            doc, extra = _MEAN_GAUGES[gauge]
+            family = _MEAN_GAUGES[gauge]
             readings = snapshots[gauge] = _Readings(store.snapshot(m.clock()))
-            template = GaugeMetricFamily(gauge, doc, labels=["service", "variant", *extra, "window"])
+            template = GaugeMetricFamily(gauge, family.help, labels=family.labels)
+            extra = family.labels[2:-1]  # between service, variant and window: source, k or judge
             yield DeferredFamily(template, functools.partial(_fill_mean, readings, extra))
         readings = snapshots[LATENCY_GAUGE] = _Readings(m.latency.snapshot(m.clock()))
-        latency = GaugeMetricFamily(
-            LATENCY_GAUGE, "Latency quantiles per stage over the window.",
-            labels=["service", "variant", "stage", "quantile", "window"], unit="",
-        )
+        latency = GaugeMetricFamily(LATENCY_GAUGE, cat.LATENCY.help, labels=cat.LATENCY.labels)
         yield DeferredFamily(latency, functools.partial(_fill_latency, readings))
-        samples = GaugeMetricFamily(
-            "ragmon_window_samples", "Observations behind each rolling gauge (for alert guards).",
-            labels=["service", "variant", "source", "metric", "window"],
-        )
+        samples = GaugeMetricFamily(cat.WINDOW_SAMPLES.name, cat.WINDOW_SAMPLES.help, labels=cat.WINDOW_SAMPLES.labels)
         yield DeferredFamily(samples, functools.partial(_fill_samples, snapshots))
 
 
@@ -233,11 +211,8 @@ class StatsCollector(Collector):
         return self._build()
 
 
-_PER_K_GAUGES = (
-    "ragmon_retrieval_hit_rate",
-    "ragmon_retrieval_recall_mean",
-    "ragmon_retrieval_precision_mean",
-    "ragmon_retrieval_ndcg_mean",
+_PER_K_GAUGES = tuple(
+    f.name for f in (cat.RETRIEVAL_HIT_RATE, cat.RETRIEVAL_RECALL_MEAN, cat.RETRIEVAL_PRECISION_MEAN, cat.RETRIEVAL_NDCG_MEAN)
 )
 
 
@@ -374,34 +349,29 @@ class RagMetrics:
         self.latency: WindowStore[LatencyKey] = WindowStore(
             windows, quantiles=DEFAULT_QUANTILES, max_series=max_series, fold=_fold_latency
         )
-        sv = ["service", "variant"]
-        src = [*sv, "source"]
         budget: dict[str, Any] = {"max_series": max_series, "fold_labels": FOLDED_LABELS}
-        self.traces = CounterFamily("ragmon_traces", "Finished requests (RAG traces) scored.", sv, wall, **budget)
-        self.trace_errors = CounterFamily("ragmon_trace_errors", "Finished requests whose trace had an error.", sv, wall, **budget)
-        self.duration = HistogramFamily(
-            "ragmon_request_duration_seconds", "Request latency per stage (total: the local root span).",
-            [*sv, "stage"], LATENCY_BUCKETS, wall, **budget,
-        )
-        self.tokens = CounterFamily("ragmon_tokens", "Model tokens.", ["service", "model", "token_type"], wall, **budget)
-        self.cost = CounterFamily("ragmon_cost_usd", "Priced model cost in USD.", ["service", "model"], wall, **budget)
-        self.unpriced = CounterFamily("ragmon_unpriced_tokens", "Tokens of models with no known price.", ["model"], wall, **budget)
-        self.without_usage = CounterFamily(
-            "ragmon_llm_calls_without_usage", "Model calls whose span reported no tokens and no cost (not priced).",
-            ["service", "model"], wall, **budget,
-        )
-        self.queries = CounterFamily("ragmon_retrieval_queries", "Retrievals scored against relevance.", src, wall, **budget)
-        self.unlabelled = CounterFamily("ragmon_retrieval_unlabelled", "Retrievals with no relevance information (not scored).", sv, wall, **budget)
-        self.hits = CounterFamily("ragmon_retrieval_hits", "Retrievals with a relevant document in the top k.", [*src, "k"], wall, **budget)
-        self.rr = HistogramFamily("ragmon_retrieval_reciprocal_rank", "Reciprocal rank per retrieval.", src, SCORE_BUCKETS, wall, **budget)
-        self.recall = HistogramFamily("ragmon_retrieval_recall", "Recall@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall, **budget)
-        self.precision = HistogramFamily("ragmon_retrieval_precision", "Precision@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall, **budget)
-        self.ndcg = HistogramFamily("ragmon_retrieval_ndcg", "NDCG@k per retrieval.", [*src, "k"], SCORE_BUCKETS, wall, **budget)
-        gen = [*src, "judge"]
-        self.generation = {
-            name: HistogramFamily(f"ragmon_{name}", doc, gen, SCORE_BUCKETS, wall, **budget)
-            for name, doc in GENERATION_SCORES.items()
-        }
+
+        def counter(family: Family) -> CounterFamily:
+            return CounterFamily(family.name, family.help, family.labels, wall, **budget)
+
+        def histogram(family: Family) -> HistogramFamily:
+            return HistogramFamily(family.name, family.help, family.labels, family.buckets, wall, **budget)
+
+        self.traces = counter(cat.TRACES)
+        self.trace_errors = counter(cat.TRACE_ERRORS)
+        self.duration = histogram(cat.REQUEST_DURATION)
+        self.tokens = counter(cat.TOKENS)
+        self.cost = counter(cat.COST_USD)
+        self.unpriced = counter(cat.UNPRICED_TOKENS)
+        self.without_usage = counter(cat.LLM_CALLS_WITHOUT_USAGE)
+        self.queries = counter(cat.RETRIEVAL_QUERIES)
+        self.unlabelled = counter(cat.RETRIEVAL_UNLABELLED)
+        self.hits = counter(cat.RETRIEVAL_HITS)
+        self.rr = histogram(cat.RETRIEVAL_RECIPROCAL_RANK)
+        self.recall = histogram(cat.RETRIEVAL_RECALL)
+        self.precision = histogram(cat.RETRIEVAL_PRECISION)
+        self.ndcg = histogram(cat.RETRIEVAL_NDCG)
+        self.generation = {name: histogram(family) for name, family in cat.SCORE_HISTOGRAMS.items()}
         self.counters = (
             self.traces, self.trace_errors, self.tokens, self.cost, self.unpriced, self.without_usage,
             self.queries, self.unlabelled, self.hits,
@@ -415,7 +385,7 @@ class RagMetrics:
             ],
             before=self.flush,
         ))
-        info = Gauge("ragmon_build_info", "ragmon's version.", ["version"], registry=registry)
+        info = Gauge(cat.BUILD_INFO.name, cat.BUILD_INFO.help, cat.BUILD_INFO.labels, registry=registry)
         info.labels(__version__).set(1)
         registry.register(_WindowCollector(self))
         registry.register(StatsCollector(self._own_stats))
@@ -432,22 +402,17 @@ class RagMetrics:
 
     def _own_stats(self) -> Iterable[Metric]:
         limit = self.limit
-        folded = CounterMetricFamily("ragmon_label_values_folded", "Observations whose label value was folded into 'other'.", labels=["label"])
+        folded = cat.LABEL_VALUES_FOLDED.empty()
         for label in sorted(FOLDED_LABELS | limit.folded.keys()):
             folded.add_metric([label], limit.folded[label])
-        truncated = CounterMetricFamily(
-            "ragmon_label_values_truncated", "Observations whose label value was cut to metrics.max_label_chars.", labels=["label"]
-        )
+        truncated = cat.LABEL_VALUES_TRUNCATED.empty()
         for label in sorted(FOLDED_LABELS | limit.truncated.keys()):
             truncated.add_metric([label], limit.truncated[label])
-        budget = CounterMetricFamily(
-            "ragmon_series_folded", "Observations that went to a family's 'other' series because its series budget (metrics.max_series) was full.",
-            labels=["metric"],
-        )
+        budget = cat.SERIES_FOLDED.empty()
         for metric, n in sorted(self.series_folded().items()):
             budget.add_metric([metric], n)
-        series = GaugeMetricFamily("ragmon_window_series", "Series held by the rolling windows.", labels=["store"])
-        dropped = CounterMetricFamily("ragmon_window_dropped", "Observations the rolling windows discarded.", labels=["store", "reason"])
+        series = cat.WINDOW_SERIES.empty()
+        dropped = cat.WINDOW_DROPPED.empty()
         for name, stores in (("means", list(self.gauges.values())), ("latency", [self.latency])):
             series.add_metric([name], sum(len(store) for store in stores))
             discards = [store.discards() for store in stores]
@@ -500,7 +465,7 @@ class RagMetrics:
         cost = scores.cost_usd
         if cost is not None:
             if sv.cost is None:
-                sv.cost = self._stream("ragmon_cost_usd_per_request", sv.service, sv.variant, "", "", folded=sv.folded)
+                sv.cost = self._stream(cat.COST_USD_PER_REQUEST.name, sv.service, sv.variant, "", "", folded=sv.folded)
             stream = sv.cost
             if not stream.values:
                 means.append(stream)
@@ -598,7 +563,7 @@ class RagMetrics:
         )
         return _ServiceSeries(
             service, variant, folded, traces, errors, unlabelled,
-            self._stream("ragmon_error_ratio", service, variant, "", "", folded=folded),
+            self._stream(cat.ERROR_RATIO.name, service, variant, "", "", folded=folded),
             self._latency_stream(service, variant, "total", folded=folded),
         )
 
@@ -653,7 +618,7 @@ class RagMetrics:
                 return [family.folded_series(one) for one in group]
             return family.series_group(group)
 
-        rr = self._stream("ragmon_retrieval_mrr", service, variant, source, "", folded=folded)
+        rr = self._stream(cat.RETRIEVAL_MRR.name, service, variant, source, "", folded=folded)
         rr.histogram = (self.rr, histograms(self.rr, [labels])[0])
         hit_cells = [self.hits.folded_cell(one) for one in per_k_labels] if folded else self.hits.cells(per_k_labels)
         per_family = {
@@ -683,13 +648,13 @@ class RagMetrics:
         family = self.generation[name]
         service, variant, source, judge = key
         if len(streams) < self.max_series:
-            stream = streams[key] = self._stream(f"ragmon_{name}_mean", service, variant, source, judge, folded=False)
+            stream = streams[key] = self._stream(cat.SCORE_MEANS[name].name, service, variant, source, judge, folded=False)
             stream.histogram = (family, family.series(key))
             return stream
         folded_key = (name, source, judge)
         folded = self._folded_generation.get(folded_key)
         if folded is None:
-            folded = self._folded_generation[folded_key] = self._stream(f"ragmon_{name}_mean", OTHER, OTHER, source, judge, folded=True)
+            folded = self._folded_generation[folded_key] = self._stream(cat.SCORE_MEANS[name].name, OTHER, OTHER, source, judge, folded=True)
             folded.histogram = (family, family.folded_series((OTHER, OTHER, source, judge)))
         return folded
 
@@ -762,9 +727,9 @@ async def scrape(registry: Collector, accept: str, accept_encoding: str) -> tupl
 
 def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineStats) -> Iterable[Metric]:
     """ragmon's own health: receivers, assembly, queue, ignored and dropped traces."""
-    received = CounterMetricFamily("ragmon_spans_received", "Spans received, by protocol.", labels=["protocol"])
-    rejected = CounterMetricFamily("ragmon_spans_rejected", "Spans rejected: partial success (bad ids) or refused with 503 (retried by the exporter), by reason.", labels=["protocol", "reason"])
-    requests = CounterMetricFamily("ragmon_requests_rejected", "Export requests rejected whole, by reason.", labels=["protocol", "reason"])
+    received = cat.SPANS_RECEIVED.empty()
+    rejected = cat.SPANS_REJECTED.empty()
+    requests = cat.REQUESTS_REJECTED.empty()
     for protocol in ("http", "grpc"):
         received.add_metric([protocol], ingest.spans_received[protocol])
     known_spans = {(protocol, reason) for protocol in REQUEST_REJECT_REASONS for reason in SPAN_REJECT_REASONS}
@@ -773,35 +738,26 @@ def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineSt
     known_requests = {(protocol, reason) for protocol, reasons in REQUEST_REJECT_REASONS.items() for reason in reasons}
     for protocol, reason in sorted(known_requests | ingest.requests_rejected.keys()):
         requests.add_metric([protocol, reason], ingest.requests_rejected[(protocol, reason)])
-    truncated = CounterMetricFamily("ragmon_attributes_truncated", "Values, names and event lists the decoder cut or dropped at its limits (receiver.max_attribute_chars, nesting depth, events per span).", labels=["protocol"])
+    truncated = cat.ATTRIBUTES_TRUNCATED.empty()
     for protocol in ("http", "grpc"):
         truncated.add_metric([protocol], ingest.attributes_truncated[protocol])
     yield from (received, rejected, requests, truncated)
     families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
-    label_names: dict[str, list[str]] = defaultdict(list)
-    samples = assembly.samples()
-    for s in samples:
-        label_names[s.name] = [k for k, _ in s.labels]
-    for s in samples:
+    for s in assembly.samples():
         if s.name not in families:
-            base = s.name.removesuffix("_total")
-            families[s.name] = (
-                CounterMetricFamily(base, f"Trace assembly: {base}.", labels=label_names[s.name])
-                if s.kind == "counter"
-                else GaugeMetricFamily(s.name, f"Trace assembly: {s.name}.", labels=label_names[s.name])
-            )
+            families[s.name] = by_sample(s.name).empty()
         families[s.name].add_metric([v for _, v in s.labels], s.value)
     yield from families.values()
-    queue = GaugeMetricFamily("ragmon_queue_spans", "Spans waiting in the ingest queue.")
+    queue = cat.QUEUE_SPANS.empty()
     queue.add_metric([], stats.queued_spans)
-    queue_bytes = GaugeMetricFamily("ragmon_queue_bytes", "Approximate bytes of span data waiting in the ingest queue.")
+    queue_bytes = cat.QUEUE_BYTES.empty()
     queue_bytes.add_metric([], stats.queued_bytes)
-    capacity = GaugeMetricFamily("ragmon_queue_capacity_spans", "Capacity of the ingest queue, in spans.")
+    capacity = cat.QUEUE_CAPACITY_SPANS.empty()
     capacity.add_metric([], stats.max_queued_spans)
-    ignored = CounterMetricFamily("ragmon_traces_ignored", "Finished traces with no retrieval or LLM span (not RAG requests).")
+    ignored = cat.TRACES_IGNORED.empty()
     ignored.add_metric([], stats.ignored)
-    dropped = CounterMetricFamily("ragmon_dropped", "Finished traces that could not be scored, by reason.", labels=["reason"])
+    dropped = cat.DROPPED.empty()
     dropped.add_metric(["trace_error"], stats.dropped.get("trace_error", 0))
-    no_content = CounterMetricFamily("ragmon_traces_without_content", "Scored traces whose spans recorded no query or answer text.")
+    no_content = cat.TRACES_WITHOUT_CONTENT.empty()
     no_content.add_metric([], stats.without_content)
     yield from (queue, queue_bytes, capacity, ignored, dropped, no_content)

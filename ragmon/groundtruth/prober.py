@@ -31,14 +31,10 @@ from typing import Any, Final
 from urllib.parse import quote
 
 import aiohttp
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
+from prometheus_client.metrics_core import Metric
 
 from ragmon.config import Config, ProbeConfig, parse_duration, probe_name
-from ragmon.export.catalogue import LATENCY_BUCKETS
+from ragmon.export import catalogue as cat
 from ragmon.export.series import HistogramFamily
 from ragmon.groundtruth.jsonpath import parse_path, select
 from ragmon.groundtruth.relevance import GoldenQuery, as_id, read_golden_queries
@@ -285,10 +281,8 @@ class Probes:
         self.registry = registry
         self._clock = clock
         rng = rng or random.Random()
-        self.durations = HistogramFamily(
-            "ragmon_probe_duration_seconds", "Round trip of a probe request that got an HTTP response.",
-            ["probe"], LATENCY_BUCKETS, time.time,
-        )
+        spec = cat.PROBE_DURATION
+        self.durations = HistogramFamily(spec.name, spec.help, spec.labels, spec.buckets, time.time)
         self.probers = [Prober(c, queries, registry, self.durations, clock, rng) for c, queries in probes]
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -347,20 +341,14 @@ class Probes:
         ``ragmon_probe_traces_total{probe,result}`` (every probe and known outcome or result
         from the start, at 0) and ``ragmon_probe_traces_pending``."""
         self.registry.expire(self._clock())
-        requests = CounterMetricFamily(
-            "ragmon_probe_requests", "Probe requests by outcome (ok: 2xx; http_error: another status; timeout; error: connection and other).",
-            labels=["probe", "outcome"],
-        )
-        traces = CounterMetricFamily(
-            "ragmon_probe_traces", "Probe traces: joined (scored as source probe), missing (not scored within the retention), dropped (registry full).",
-            labels=["probe", "result"],
-        )
+        requests = cat.PROBE_REQUESTS.empty()
+        traces = cat.PROBE_TRACES.empty()
         counts = self.registry.counts
         for prober in self.probers:
             for outcome in OUTCOMES:
                 requests.add_metric([prober.name, outcome], prober.outcomes[outcome])
             for result in RESULTS:
                 traces.add_metric([prober.name, result], counts[(prober.name, result)])
-        pending = GaugeMetricFamily("ragmon_probe_traces_pending", "Probe trace ids awaiting their trace.")
+        pending = cat.PROBE_TRACES_PENDING.empty()
         pending.add_metric([], len(self.registry))
         return [requests, self.durations.collect(), traces, pending]

@@ -22,13 +22,10 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Final, Self
 
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
+from prometheus_client.metrics_core import Metric
 
 from ragmon.config import JudgeConfig, parse_duration
+from ragmon.export import catalogue as cat
 from ragmon.export.exporter import GENERATION_SCORES, RagMetrics
 from ragmon.judge.breaker import BreakerState
 from ragmon.judge.client import JudgeClient, endpoint_from_config
@@ -178,21 +175,18 @@ class JudgeStage:
 
     def collect(self) -> Iterable[Metric]:
         """The judge's own series (SPEC §6 self-metrics)."""
-        requests = CounterMetricFamily(
-            "ragmon_judge_requests", "Judge outcomes per evaluator (one request covers several evaluators of a trace).",
-            labels=["evaluator", "outcome"],
-        )
-        cost = CounterMetricFamily("ragmon_judge_cost_usd", "USD spent on the judge's own tokens.")
-        unpriced = CounterMetricFamily("ragmon_judge_unpriced_tokens", "Judge tokens of a model with no known price.")
-        cache = CounterMetricFamily("ragmon_judge_cache_hits", "Judgements served from the cache (identical query, answer, contexts).")
-        queue = GaugeMetricFamily("ragmon_judge_queue", "Sampled traces waiting for a judge slot.")
-        in_flight = GaugeMetricFamily("ragmon_judge_in_flight", "Judge calls in progress.")
-        breaker = GaugeMetricFamily("ragmon_judge_breaker_open", "1 while the circuit breaker stops judge calls.")
-        mode = GaugeMetricFamily("ragmon_judge_info", "Which judge runs: llm (an endpoint) or lexical.", labels=["judge"])
+        requests = cat.JUDGE_REQUESTS.empty()
+        cost = cat.JUDGE_COST_USD.empty()
+        unpriced = cat.JUDGE_UNPRICED_TOKENS.empty()
+        cache = cat.JUDGE_CACHE_HITS.empty()
+        queue = cat.JUDGE_QUEUE.empty()
+        in_flight = cat.JUDGE_IN_FLIGHT.empty()
+        breaker = cat.JUDGE_BREAKER_OPEN.empty()
+        mode = cat.JUDGE_INFO.empty()
+        lexical = cat.JUDGE_LEXICAL.empty()
+        app = cat.APP_EVALUATIONS.empty()
         mode.add_metric([self.mode], 1)
-        lexical = CounterMetricFamily("ragmon_judge_lexical", "Records given the lexical faithfulness estimate.")
         lexical.add_metric([], self._lexical)
-        app = CounterMetricFamily("ragmon_app_evaluations", "Records carrying gen_ai.evaluation.result events ragmon reads.")
         app.add_metric([], self._app)
         if self.judge is not None:
             stats = self.judge.stats()
@@ -209,9 +203,7 @@ class JudgeStage:
         families: list[Metric] = [requests, cost, unpriced, cache, queue, in_flight, breaker, mode, lexical, app]
         if self.sender is not None:
             sent = self.sender.stats()
-            exported = CounterMetricFamily(
-                "ragmon_evaluations_exported", "Evaluation results sent onward over OTLP, by outcome.", labels=["outcome"]
-            )
+            exported = cat.EVALUATIONS_EXPORTED.empty()
             for result, n in (("sent", sent.sent), ("dropped", sent.dropped), ("failed", sent.failed)):
                 exported.add_metric([result], n)
             families.append(exported)

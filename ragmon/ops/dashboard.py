@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ragmon.export import catalogue as cat
+from ragmon.export.catalogue import Family
 from ragmon.ops.rules import RUNBOOK_URL
 
 __all__ = ["UID", "dashboard", "main", "render_dashboard"]
@@ -69,22 +71,22 @@ def _share(part: str, whole: str) -> str:
     return _ratio(f"({part}\n  or 0 * {whole})", whole)
 
 
-def _mean(metric: str, by: str, match: str, window: str = "$__rate_interval") -> str:
+def _mean(histogram: Family, by: str, match: str, window: str = "$__rate_interval") -> str:
     """Mean of a histogram's observations: ``rate(_sum) / rate(_count)``."""
-    return _ratio(_rate(f"{metric}_sum", by, match, window), _rate(f"{metric}_count", by, match, window))
+    return _ratio(_rate(histogram.sum, by, match, window), _rate(histogram.count, by, match, window))
 
 
 def _hit_rate(window: str = "$__rate_interval", source: str = 'source=~"$source"') -> str:
     """Hit rate@k: hits over scored queries, summed across replicas."""
     return _ratio(
-        _rate("ragmon_retrieval_hits_total", _BY_SVSK, f'{_SV}, {source}, k=~"$k"', window),
-        _rate("ragmon_retrieval_queries_total", _BY_SVS, f"{_SV}, {source}", window),
+        _rate(cat.RETRIEVAL_HITS.total, _BY_SVSK, f'{_SV}, {source}, k=~"$k"', window),
+        _rate(cat.RETRIEVAL_QUERIES.total, _BY_SVS, f"{_SV}, {source}", window),
         "ignoring (k) group_left ()",
     )
 
 
-def _quantile(q: float, by: str, match: str, histogram: str = "ragmon_request_duration_seconds") -> str:
-    buckets = _rate(f"{histogram}_bucket", f"le, {by}" if by else "le", match)
+def _quantile(q: float, by: str, match: str, histogram: Family = cat.REQUEST_DURATION) -> str:
+    buckets = _rate(histogram.bucket, f"le, {by}" if by else "le", match)
     return f"histogram_quantile({q:g}, {buckets})"
 
 
@@ -95,7 +97,7 @@ def _per_hour(rate: str) -> str:
 def _per_request(rate: str, by: str, match_on: str = "") -> str:
     """``rate`` per scored request of the selected services (all variants: cost and tokens have
     no variant label)."""
-    return _ratio(rate, _rate("ragmon_traces_total", by, _SERVICE), match_on)
+    return _ratio(rate, _rate(cat.TRACES.total, by, _SERVICE), match_on)
 
 
 # -- panels ----------------------------------------------------------------------------------------
@@ -179,29 +181,29 @@ def _layout(rows: Sequence[tuple[str, Sequence[Panel]]]) -> list[Panel]:
 
 
 def _overview() -> list[Panel]:
-    traces = _rate("ragmon_traces_total", "", _SV)
+    traces = _rate(cat.TRACES.total, "", _SV)
     return [
         _stat("Requests / s", "Scored requests per second, all selected services.", _REQPS, (traces, "requests / s")),
         _stat("Error ratio", "Share of requests whose trace had an error.", _RATIO,
-              (_share(_rate("ragmon_trace_errors_total", "", _SV), traces), "errors")),
+              (_share(_rate(cat.TRACE_ERRORS.total, "", _SV), traces), "errors")),
         _stat("p95 latency", "95th percentile of the whole request (stage total).", _SECONDS,
               (_quantile(0.95, "", f'{_SV}, stage="total"'), "p95")),
         _stat("Hit rate@k (5m)", "Over the last 5 minutes, all replicas.", _RATIO, (_hit_rate("5m"), _LEGEND_SVSK)),
         _stat("Faithfulness (5m)", "Over the last 5 minutes, all replicas.", _RATIO,
-              (_mean("ragmon_faithfulness", _BY_SVSJ, _SVS, "5m"), _LEGEND_SVSJ)),
+              (_mean(cat.FAITHFULNESS, _BY_SVSJ, _SVS, "5m"), _LEGEND_SVSJ)),
         _stat("Cost / hour", "Priced model cost of the selected services (all variants).", _USD,
-              (_per_hour(_rate("ragmon_cost_usd_total", "", _SERVICE)), "USD / h")),
+              (_per_hour(_rate(cat.COST_USD.total, "", _SERVICE)), "USD / h")),
     ]
 
 
 def _traffic() -> list[Panel]:
-    traces = _rate("ragmon_traces_total", _BY_SV, _SV)
-    errors = _share(_rate("ragmon_trace_errors_total", _BY_SV, _SV), traces)
-    without_usage = _rate("ragmon_llm_calls_without_usage_total", "service, model", _SERVICE)
+    traces = _rate(cat.TRACES.total, _BY_SV, _SV)
+    errors = _share(_rate(cat.TRACE_ERRORS.total, _BY_SV, _SV), traces)
+    without_usage = _rate(cat.LLM_CALLS_WITHOUT_USAGE.total, "service, model", _SERVICE)
     gaps = [
-        (_rate("ragmon_traces_ignored_total"), "traces with no retrieval or LLM span"),
-        (_rate("ragmon_traces_without_content_total"), "scored traces without query or answer text"),
-        (_rate("ragmon_retrieval_unlabelled_total", _BY_SV, _SV), f"{_LEGEND_SV} retrievals without relevance"),
+        (_rate(cat.TRACES_IGNORED.total), "traces with no retrieval or LLM span"),
+        (_rate(cat.TRACES_WITHOUT_CONTENT.total), "scored traces without query or answer text"),
+        (_rate(cat.RETRIEVAL_UNLABELLED.total, _BY_SV, _SV), f"{_LEGEND_SV} retrievals without relevance"),
         (without_usage, "{{service}} {{model}} calls without usage"),
     ]
     return [
@@ -218,26 +220,26 @@ def _retrieval() -> list[Panel]:
         _panel(f"{name}@k", f"Mean {name.lower()}@k per scored retrieval.", field,
                [(_mean(metric, _BY_SVSK, _SVSK), _LEGEND_SVSK)])
         for name, metric, field in (
-            ("Recall", "ragmon_retrieval_recall", _RATIO),
-            ("Precision", "ragmon_retrieval_precision", _RATIO),
-            ("NDCG", "ragmon_retrieval_ndcg", _SCORE),
+            ("Recall", cat.RETRIEVAL_RECALL, _RATIO),
+            ("Precision", cat.RETRIEVAL_PRECISION, _RATIO),
+            ("NDCG", cat.RETRIEVAL_NDCG, _SCORE),
         )
     ]
     return [
         _panel("Hit rate@k", "Share of scored retrievals with a relevant document in the top k.", _RATIO,
                [(hit_rate, _LEGEND_SVSK)]),
         _panel("MRR", "Mean reciprocal rank of the first relevant document.", _SCORE,
-               [(_mean("ragmon_retrieval_reciprocal_rank", _BY_SVS, _SVS), _LEGEND_SVS)]),
+               [(_mean(cat.RETRIEVAL_RECIPROCAL_RANK, _BY_SVS, _SVS), _LEGEND_SVS)]),
         *per_k,
         _panel("Scored retrievals / s", "Retrievals scored against relevance: the evidence behind the ratios.",
-               _NUMBER, [(_rate("ragmon_retrieval_queries_total", _BY_SVS, _SVS), _LEGEND_SVS)]),
+               _NUMBER, [(_rate(cat.RETRIEVAL_QUERIES.total, _BY_SVS, _SVS), _LEGEND_SVS)]),
     ]
 
 
 def _generation() -> list[Panel]:
-    faithfulness = _mean("ragmon_faithfulness", _BY_SVSJ, _SVS)
+    faithfulness = _mean(cat.FAITHFULNESS, _BY_SVSJ, _SVS)
     others = [
-        (_mean(f"ragmon_{name}", _BY_SVSJ, _SVS), f"{_LEGEND_SVSJ} {name}")
+        (_mean(cat.SCORE_HISTOGRAMS[name], _BY_SVSJ, _SVS), f"{_LEGEND_SVSJ} {name}")
         for name in ("answer_relevance", "context_relevance", "answer_correctness")
     ]
     return [
@@ -258,8 +260,8 @@ def _latency() -> list[Panel]:
 
 
 def _cost() -> list[Panel]:
-    per_hour = _per_hour(_rate("ragmon_cost_usd_total", "service, model", _SERVICE))
-    per_request = _per_request(_rate("ragmon_cost_usd_total", "service", _SERVICE), "service")
+    per_hour = _per_hour(_rate(cat.COST_USD.total, "service, model", _SERVICE))
+    per_request = _per_request(_rate(cat.COST_USD.total, "service", _SERVICE), "service")
     return [
         _panel("Cost / hour", "Priced model cost per hour, by service and model (cost has no variant label).",
                _USD, [(per_hour, "{{service}} {{model}}")], width=12),
@@ -270,11 +272,11 @@ def _cost() -> list[Panel]:
 
 def _tokens() -> list[Panel]:
     legend = "{{service}} {{model}} {{token_type}}"
-    tokens = _rate("ragmon_tokens_total", "service, model, token_type", _SERVICE)
+    tokens = _rate(cat.TOKENS.total, "service, model, token_type", _SERVICE)
     rates = [
         (tokens, legend),
-        (_rate("ragmon_unpriced_tokens_total", "model"), "{{model}} unpriced"),
-        (_rate("ragmon_judge_unpriced_tokens_total"), "judge unpriced"),
+        (_rate(cat.UNPRICED_TOKENS.total, "model"), "{{model}} unpriced"),
+        (_rate(cat.JUDGE_UNPRICED_TOKENS.total), "judge unpriced"),
     ]
     per_request = _per_request(tokens, "service", "on (service) group_left ()")
     return [
@@ -286,19 +288,19 @@ def _tokens() -> list[Panel]:
 
 
 def _judge() -> list[Panel]:
-    requests = "ragmon_judge_requests_total"
+    requests = cat.JUDGE_REQUESTS.total
     failed = _rate(requests, "evaluator", f'outcome=~"{_FAILED}"')
     attempted = _rate(requests, "evaluator", f'outcome=~"{_ATTEMPTED}"')
     judgements = [
         (_rate(requests, "evaluator, outcome"), "{{evaluator}} {{outcome}}"),
-        (_rate("ragmon_judge_cache_hits_total"), "cache hits"),
-        (_rate("ragmon_judge_lexical_total"), "lexical estimates"),
-        (_rate("ragmon_app_evaluations_total"), "app evaluations"),
+        (_rate(cat.JUDGE_CACHE_HITS.total), "cache hits"),
+        (_rate(cat.JUDGE_LEXICAL.total), "lexical estimates"),
+        (_rate(cat.APP_EVALUATIONS.total), "app evaluations"),
     ]
     state = [
-        ("sum (ragmon_judge_queue)", "queued"),
-        ("sum (ragmon_judge_in_flight)", "in flight"),
-        ("max (ragmon_judge_breaker_open)", "breaker open"),
+        (f"sum ({cat.JUDGE_QUEUE.name})", "queued"),
+        (f"sum ({cat.JUDGE_IN_FLIGHT.name})", "in flight"),
+        (f"max ({cat.JUDGE_BREAKER_OPEN.name})", "breaker open"),
     ]
     return [
         _panel("Judgements / s", "Judge outcomes per evaluator, cache hits, lexical estimates, app evaluation "
@@ -307,11 +309,11 @@ def _judge() -> list[Panel]:
                "while every sampled trace is skipped or cached.", _RATIO, [(_share(failed, attempted), "{{evaluator}}")],
                width=12),
         _panel("Judge cost / hour", "USD per hour spent on the LLM judge's own tokens.", _USD,
-               [(_per_hour(_rate("ragmon_judge_cost_usd_total")), "judge")]),
+               [(_per_hour(_rate(cat.JUDGE_COST_USD.total)), "judge")]),
         _panel("Judge queue", "Sampled traces waiting and calls in flight (summed over replicas), breaker open "
                "(LLM judge).", _NUMBER, state),
         _stat("Judge in use", "llm (an endpoint) or lexical, and how many replicas run it.", _NUMBER,
-              ("sum by (judge) (ragmon_judge_info)", "{{judge}}"), "value_and_name", width=8),
+              (f"sum by (judge) ({cat.JUDGE_INFO.name})", "{{judge}}"), "value_and_name", width=8),
     ]
 
 
@@ -319,13 +321,13 @@ def _probes() -> list[Panel]:
     probe_hits = _hit_rate(source='source="probe"')
     return [
         _panel("Probe requests / s", "Golden queries the prober sent, by outcome (ok, http_error, timeout, "
-               "error).", _REQPS, [(_rate("ragmon_probe_requests_total", "probe, outcome"), "{{probe}} {{outcome}}")]),
+               "error).", _REQPS, [(_rate(cat.PROBE_REQUESTS.total, "probe, outcome"), "{{probe}} {{outcome}}")]),
         _panel("Probe round trip p95", "95th percentile of the probed endpoint's answer time.", _SECONDS,
-               [(_quantile(0.95, "probe", "", "ragmon_probe_duration_seconds"), "{{probe}}")]),
+               [(_quantile(0.95, "probe", "", cat.PROBE_DURATION), "{{probe}}")]),
         _panel("Probe traces / s", "Probe traces joined and scored, missing (the app did not continue the "
                "traceparent or export the trace), dropped (registry full).", _NUMBER,
-               [(_rate("ragmon_probe_traces_total", "probe, result"), "{{probe}} {{result}}"),
-                ("sum (ragmon_probe_traces_pending)", "waiting for their trace")]),
+               [(_rate(cat.PROBE_TRACES.total, "probe, result"), "{{probe}} {{result}}"),
+                (f"sum ({cat.PROBE_TRACES_PENDING.name})", "waiting for their trace")]),
         _panel("Probe hit rate@k", "Hit rate of the probed golden queries (source probe).", _RATIO,
                [(probe_hits, f"{_LEGEND_SV} @{{{{k}}}}")]),
     ]
@@ -337,44 +339,44 @@ def _per_replica(metric: str, by: str = "instance") -> str:
 
 def _ragmon() -> list[Panel]:
     lost = [
-        (_rate("ragmon_spans_rejected_total", "protocol, reason"), "spans rejected {{protocol}} {{reason}}"),
-        (_rate("ragmon_requests_rejected_total", "protocol, reason"), "requests rejected {{protocol}} {{reason}}"),
-        (_rate("ragmon_spans_dropped_total", "reason"), "spans dropped {{reason}}"),
-        (_rate("ragmon_traces_evicted_total"), "traces evicted"),
-        (_rate("ragmon_dropped_total", "reason"), "traces unscored {{reason}}"),
-        (_rate("ragmon_judge_requests_total", "", 'outcome="dropped"'), "judgements dropped"),
-        (_rate("ragmon_window_dropped_total", "store, reason"), "window {{store}} {{reason}}"),
+        (_rate(cat.SPANS_REJECTED.total, "protocol, reason"), "spans rejected {{protocol}} {{reason}}"),
+        (_rate(cat.REQUESTS_REJECTED.total, "protocol, reason"), "requests rejected {{protocol}} {{reason}}"),
+        (_rate(cat.SPANS_DROPPED.total, "reason"), "spans dropped {{reason}}"),
+        (_rate(cat.TRACES_EVICTED.total), "traces evicted"),
+        (_rate(cat.DROPPED.total, "reason"), "traces unscored {{reason}}"),
+        (_rate(cat.JUDGE_REQUESTS.total, "", 'outcome="dropped"'), "judgements dropped"),
+        (_rate(cat.WINDOW_DROPPED.total, "store, reason"), "window {{store}} {{reason}}"),
     ]
     late = [
-        (_rate("ragmon_spans_late_total"), "late spans"),
-        (_rate("ragmon_label_values_folded_total", "label"), "folded {{label}}"),
-        (_rate("ragmon_attributes_truncated_total", "protocol"), "truncated {{protocol}}"),
-        (_rate("ragmon_label_values_truncated_total", "label"), "label cut {{label}}"),
-        (_rate("ragmon_series_folded_total", "metric"), "over budget {{metric}}"),
+        (_rate(cat.SPANS_LATE.total), "late spans"),
+        (_rate(cat.LABEL_VALUES_FOLDED.total, "label"), "folded {{label}}"),
+        (_rate(cat.ATTRIBUTES_TRUNCATED.total, "protocol"), "truncated {{protocol}}"),
+        (_rate(cat.LABEL_VALUES_TRUNCATED.total, "label"), "label cut {{label}}"),
+        (_rate(cat.SERIES_FOLDED.total, "metric"), "over budget {{metric}}"),
     ]
     connections = [
-        (_per_replica("ragmon_connections_open", "instance, listener"), "{{instance}} open {{listener}}"),
-        (_rate("ragmon_connections_refused_total", "listener"), "refused / s {{listener}}"),
-        (_rate("ragmon_connections_closed_total", "listener, reason"), "closed / s {{listener}} {{reason}}"),
+        (_per_replica(cat.CONNECTIONS_OPEN.name, "instance, listener"), "{{instance}} open {{listener}}"),
+        (_rate(cat.CONNECTIONS_REFUSED.total, "listener"), "refused / s {{listener}}"),
+        (_rate(cat.CONNECTIONS_CLOSED.total, "listener, reason"), "closed / s {{listener}} {{reason}}"),
     ]
     held = [
-        (_per_replica("ragmon_queue_spans"), "{{instance}} queued spans"),
-        (_per_replica("ragmon_queue_capacity_spans"), "{{instance}} queue capacity"),
-        (_per_replica("ragmon_spans_pending"), "{{instance}} spans pending"),
-        (_per_replica("ragmon_traces_pending"), "{{instance}} traces pending"),
-        (_per_replica("ragmon_window_series", "instance, store"), "{{instance}} window series {{store}}"),
+        (_per_replica(cat.QUEUE_SPANS.name), "{{instance}} queued spans"),
+        (_per_replica(cat.QUEUE_CAPACITY_SPANS.name), "{{instance}} queue capacity"),
+        (_per_replica(cat.SPANS_PENDING.name), "{{instance}} spans pending"),
+        (_per_replica(cat.TRACES_PENDING.name), "{{instance}} traces pending"),
+        (_per_replica(cat.WINDOW_SERIES.name, "instance, store"), "{{instance}} window series {{store}}"),
     ]
     held_bytes = [
-        (_per_replica("ragmon_queue_bytes"), "{{instance}} queued"),
-        (_per_replica("ragmon_span_bytes_pending"), "{{instance}} pending"),
+        (_per_replica(cat.QUEUE_BYTES.name), "{{instance}} queued"),
+        (_per_replica(cat.SPAN_BYTES_PENDING.name), "{{instance}} pending"),
     ]
     return [
         _panel("Spans / s", "Spans received by protocol and accepted into trace assembly.", _NUMBER, [
-            (_rate("ragmon_spans_received_total", "protocol"), "received {{protocol}}"),
-            (_rate("ragmon_spans_assembled_total"), "assembled"),
+            (_rate(cat.SPANS_RECEIVED.total, "protocol"), "received {{protocol}}"),
+            (_rate(cat.SPANS_ASSEMBLED.total), "assembled"),
         ]),
         _panel("Traces finished / s", "Why assembly finished traces (evicted: the pending cap was reached).", _NUMBER,
-               [(_rate("ragmon_traces_finished_total", "reason"), "{{reason}}")]),
+               [(_rate(cat.TRACES_FINISHED.total, "reason"), "{{reason}}")]),
         _panel("Lost and refused / s", "Spans, requests, traces, judgements and window observations refused or dropped.",
                _NUMBER, lost),
         _panel("Late, folded, truncated / s", "Spans after their trace finished, label values folded into other, "
@@ -386,7 +388,7 @@ def _ragmon() -> list[Panel]:
         _panel("Held bytes", "Approximate bytes queued for ingest and held by assembly, per replica.", _BYTES,
                held_bytes, width=6),
         _stat("Replicas by version", "ragmon replicas scraped, by version.", _NUMBER,
-              ("count by (version) (ragmon_build_info)", "{{version}}"), "value_and_name", width=6),
+              (f"count by (version) ({cat.BUILD_INFO.name})", "{{version}}"), "value_and_name", width=6),
     ]
 
 
@@ -411,10 +413,10 @@ def _templating() -> list[dict[str, Any]]:
     }
     return [
         datasource,
-        _variable("service", "Service", "label_values(ragmon_traces_total, service)"),
-        _variable("variant", "Variant", f'label_values(ragmon_traces_total{{{_SERVICE}}}, variant)'),
-        _variable("source", "Relevance source", f"label_values(ragmon_retrieval_queries_total{{{_SV}}}, source)"),
-        _variable("k", "k", f"label_values(ragmon_retrieval_hits_total{{{_SV}}}, k)", sort=3),
+        _variable("service", "Service", f"label_values({cat.TRACES.total}, service)"),
+        _variable("variant", "Variant", f'label_values({cat.TRACES.total}{{{_SERVICE}}}, variant)'),
+        _variable("source", "Relevance source", f"label_values({cat.RETRIEVAL_QUERIES.total}{{{_SV}}}, source)"),
+        _variable("k", "k", f"label_values({cat.RETRIEVAL_HITS.total}{{{_SV}}}, k)", sort=3),
     ]
 
 

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ragmon.export import catalogue as cat
+
 __all__ = [
     "ALERTS",
     "RUNBOOK_URL",
@@ -216,37 +218,37 @@ def _recording(t: Thresholds, windows: Sequence[str], *, alerting: bool) -> list
         rules.append(rule)
 
     for w in windows:
-        traces = _agg("rate", "ragmon_traces_total", w, SV)
+        traces = _agg("rate", cat.TRACES.total, w, SV)
         record(f"ragmon:requests:rate{w}", traces)
-        errors = _agg("rate", "ragmon_trace_errors_total", w, SV)
+        errors = _agg("rate", cat.TRACE_ERRORS.total, w, SV)
         record(f"ragmon:trace_error:ratio_rate{w}", _ratio(f"({errors}\n or 0 * {traces})", traces))
         record(
             f"ragmon:request_duration_seconds:p95_rate{w}",
-            f"histogram_quantile(0.95, {_agg('rate', 'ragmon_request_duration_seconds_bucket', w, 'le, ' + SV + ', stage')})",
+            f"histogram_quantile(0.95, {_agg('rate', cat.REQUEST_DURATION.bucket, w, 'le, ' + SV + ', stage')})",
         )
-        record(f"ragmon:retrieval_queries:rate{w}", _agg("rate", "ragmon_retrieval_queries_total", w, SVS))
+        record(f"ragmon:retrieval_queries:rate{w}", _agg("rate", cat.RETRIEVAL_QUERIES.total, w, SVS))
         record(
             f"ragmon:retrieval_hit_rate:ratio_rate{w}",
             _ratio(
-                _agg("rate", "ragmon_retrieval_hits_total", w, SVSK),
-                _agg("rate", "ragmon_retrieval_queries_total", w, SVS),
+                _agg("rate", cat.RETRIEVAL_HITS.total, w, SVSK),
+                _agg("rate", cat.RETRIEVAL_QUERIES.total, w, SVS),
                 "ignoring (k) group_left ()",
             ),
         )
         record(
             f"ragmon:retrieval_mrr:ratio_rate{w}",
             _ratio(
-                _agg("rate", "ragmon_retrieval_reciprocal_rank_sum", w, SVS),
-                _agg("rate", "ragmon_retrieval_reciprocal_rank_count", w, SVS),
+                _agg("rate", cat.RETRIEVAL_RECIPROCAL_RANK.sum, w, SVS),
+                _agg("rate", cat.RETRIEVAL_RECIPROCAL_RANK.count, w, SVS),
             ),
         )
         record(
             f"ragmon:faithfulness:ratio_rate{w}",
-            _ratio(_agg("rate", "ragmon_faithfulness_sum", w, SVSJ), _agg("rate", "ragmon_faithfulness_count", w, SVSJ)),
+            _ratio(_agg("rate", cat.FAITHFULNESS.sum, w, SVSJ), _agg("rate", cat.FAITHFULNESS.count, w, SVSJ)),
         )
-        record(f"ragmon:cost_usd:rate{w}", _agg("rate", "ragmon_cost_usd_total", w, "service, model"))
-        failed = _agg("rate", "ragmon_judge_requests_total", w, JOB_EVALUATOR, f'outcome=~"{_FAILED}"')
-        attempted = _agg("rate", "ragmon_judge_requests_total", w, JOB_EVALUATOR, f'outcome=~"{_ATTEMPTED}"')
+        record(f"ragmon:cost_usd:rate{w}", _agg("rate", cat.COST_USD.total, w, "service, model"))
+        failed = _agg("rate", cat.JUDGE_REQUESTS.total, w, JOB_EVALUATOR, f'outcome=~"{_FAILED}"')
+        attempted = _agg("rate", cat.JUDGE_REQUESTS.total, w, JOB_EVALUATOR, f'outcome=~"{_ATTEMPTED}"')
         record(f"ragmon:judge_failure:ratio_rate{w}", _ratio(f"({failed}\n or 0 * {attempted})", attempted))
 
     if not alerting:
@@ -255,23 +257,23 @@ def _recording(t: Thresholds, windows: Sequence[str], *, alerting: bool) -> list
     record(
         f"ragmon:retrieval_hit_rate:ratio_rate{b}_offset{w}",
         _ratio(
-            _agg("rate", "ragmon_retrieval_hits_total", b, SVSK, offset=w),
-            _agg("rate", "ragmon_retrieval_queries_total", b, SVS, offset=w),
+            _agg("rate", cat.RETRIEVAL_HITS.total, b, SVSK, offset=w),
+            _agg("rate", cat.RETRIEVAL_QUERIES.total, b, SVS, offset=w),
             "ignoring (k) group_left ()",
         ),
     )
     record(
         f"ragmon:retrieval_mrr:ratio_rate{b}_offset{w}",
         _ratio(
-            _agg("rate", "ragmon_retrieval_reciprocal_rank_sum", b, SVS, offset=w),
-            _agg("rate", "ragmon_retrieval_reciprocal_rank_count", b, SVS, offset=w),
+            _agg("rate", cat.RETRIEVAL_RECIPROCAL_RANK.sum, b, SVS, offset=w),
+            _agg("rate", cat.RETRIEVAL_RECIPROCAL_RANK.count, b, SVS, offset=w),
         ),
     )
     record(
         f"ragmon:faithfulness:ratio_rate{b}_offset{w}",
         _ratio(
-            _agg("rate", "ragmon_faithfulness_sum", b, SVSJ, offset=w),
-            _agg("rate", "ragmon_faithfulness_count", b, SVSJ, offset=w),
+            _agg("rate", cat.FAITHFULNESS.sum, b, SVSJ, offset=w),
+            _agg("rate", cat.FAITHFULNESS.count, b, SVSJ, offset=w),
         ),
     )
 
@@ -281,14 +283,14 @@ def _recording(t: Thresholds, windows: Sequence[str], *, alerting: bool) -> list
 
 
 _LOSSES: tuple[tuple[str, str, str], ...] = (
-    ("spans_refused", "ragmon_spans_rejected_total", 'reason="overloaded"'),
-    ("spans_invalid", "ragmon_spans_rejected_total", 'reason!~"overloaded|shutting_down"'),
-    ("requests_rejected", "ragmon_requests_rejected_total", ""),
-    ("spans_dropped", "ragmon_spans_dropped_total", 'reason!="duplicate"'),
-    ("traces_evicted", "ragmon_traces_evicted_total", ""),
-    ("traces_unscored", "ragmon_dropped_total", ""),
-    ("judgements_dropped", "ragmon_judge_requests_total", 'outcome="dropped"'),
-    ("window_observations", "ragmon_window_dropped_total", 'reason="dropped"'),
+    ("spans_refused", cat.SPANS_REJECTED.total, 'reason="overloaded"'),
+    ("spans_invalid", cat.SPANS_REJECTED.total, 'reason!~"overloaded|shutting_down"'),
+    ("requests_rejected", cat.REQUESTS_REJECTED.total, ""),
+    ("spans_dropped", cat.SPANS_DROPPED.total, 'reason!="duplicate"'),
+    ("traces_evicted", cat.TRACES_EVICTED.total, ""),
+    ("traces_unscored", cat.DROPPED.total, ""),
+    ("judgements_dropped", cat.JUDGE_REQUESTS.total, 'outcome="dropped"'),
+    ("window_observations", cat.WINDOW_DROPPED.total, 'reason="dropped"'),
 )
 """What ragmon loses, by the ``loss`` label of ``ragmon:data_lost:rate5m``: (loss, counter, matchers).
 Left out on purpose: spans refused while shutting down (the exporter retries them elsewhere),
@@ -350,7 +352,7 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
         "RagHitRateDrop",
         _drop_expr(
             f"ragmon:retrieval_hit_rate:ratio_rate{w}", f"ragmon:retrieval_hit_rate:ratio_rate{t.baseline}_offset{w}",
-            SVSK, t.hit_rate_drop, t.hit_rate_floor, "ragmon_retrieval_queries_total", "", SVS, t.min_queries, t,
+            SVSK, t.hit_rate_drop, t.hit_rate_floor, cat.RETRIEVAL_QUERIES.total, "", SVS, t.min_queries, t,
         ),
         for_scale,
         f"Retrieval hit rate@{_l('k')} dropped for {svc}",
@@ -363,7 +365,7 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
         "RagMrrDrop",
         _drop_expr(
             f"ragmon:retrieval_mrr:ratio_rate{w}", f"ragmon:retrieval_mrr:ratio_rate{t.baseline}_offset{w}",
-            SVS, t.mrr_drop, t.mrr_floor, "ragmon_retrieval_reciprocal_rank_count", "", SVS, t.min_queries, t,
+            SVS, t.mrr_drop, t.mrr_floor, cat.RETRIEVAL_RECIPROCAL_RANK.count, "", SVS, t.min_queries, t,
         ),
         for_scale,
         f"Retrieval MRR dropped for {svc}",
@@ -378,7 +380,7 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
         "RagFaithfulnessDrop",
         _drop_expr(
             f"ragmon:faithfulness:ratio_rate{w}{skip_sel}", f"ragmon:faithfulness:ratio_rate{t.baseline}_offset{w}{skip_sel}",
-            SVSJ, t.faithfulness_drop, t.faithfulness_floor, "ragmon_faithfulness_count", skip, SVSJ, t.min_judged, t,
+            SVSJ, t.faithfulness_drop, t.faithfulness_floor, cat.FAITHFULNESS.count, skip, SVSJ, t.min_judged, t,
         ),
         for_scale,
         f"Answer faithfulness dropped for {svc}",
@@ -388,7 +390,7 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
         ),
     ))
     total = 'stage="total"'
-    requests = _agg("increase", "ragmon_request_duration_seconds_count", w, SV, total)
+    requests = _agg("increase", cat.REQUEST_DURATION.count, w, SV, total)
     rules.append(_alert(
         "RagLatencyP95High",
         f"ragmon:request_duration_seconds:p95_rate{w}{{{total}}} > {_num(t.latency_p95_seconds)}\n"
@@ -403,7 +405,7 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
         "RagErrorRatioHigh",
         f"ragmon:trace_error:ratio_rate{w} > {_num(t.max_error_ratio)}\n"
         f"and on ({SV})\n"
-        f"  {_agg('increase', 'ragmon_traces_total', w, SV)} >= {t.min_requests}",
+        f"  {_agg('increase', cat.TRACES.total, w, SV)} >= {t.min_requests}",
         for_scale,
         f"Errors in requests of {svc}",
         f"{_PCT} of requests over the last {w} had an error span, above {_pct(t.max_error_ratio)}; "
@@ -411,15 +413,15 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
     ))
     rules.append(_alert(
         "RagCostBurnHigh",
-        f"{_agg('rate', 'ragmon_cost_usd_total', '1h', 'service')} * 3600 > {_num(t.max_usd_per_hour)}\n"
+        f"{_agg('rate', cat.COST_USD.total, '1h', 'service')} * 3600 > {_num(t.max_usd_per_hour)}\n"
         f"and on (service)\n"
-        f"  {_agg('increase', 'ragmon_traces_total', '1h', 'service')} >= {t.min_cost_requests}",
+        f"  {_agg('increase', cat.TRACES.total, '1h', 'service')} >= {t.min_cost_requests}",
         for_scale,
         f"Model cost of {_l('service')} is burning fast",
         f"{_l('service')} spent {_NUM} USD on model calls over the last hour, above "
         f"{_num(t.max_usd_per_hour)} USD/hour; at least {t.min_cost_requests} requests in the hour.",
     ))
-    attempted = _agg("increase", "ragmon_judge_requests_total", w, JOB_EVALUATOR, f'outcome=~"{_ATTEMPTED}"')
+    attempted = _agg("increase", cat.JUDGE_REQUESTS.total, w, JOB_EVALUATOR, f'outcome=~"{_ATTEMPTED}"')
     rules.append(_alert(
         "RagmonJudgeFailing",
         f"ragmon:judge_failure:ratio_rate{w} > {_num(t.max_judge_failure_ratio)}\n"

@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Literal, NamedTuple
 
 from ragmon.config import TracesConfig, parse_duration
+from ragmon.export import catalogue as cat
 from ragmon.model import Span, Trace
 
 __all__ = [
@@ -114,21 +115,21 @@ class AssemblyStats:
         )
         return (
             *(
-                StatSample("ragmon_traces_finished_total", (("reason", r.value),), v, "counter")
+                StatSample(cat.TRACES_FINISHED.total, (("reason", r.value),), v, "counter")
                 for r, v in finished
             ),
-            StatSample("ragmon_traces_evicted_total", (), self.traces_evicted, "counter"),
-            StatSample("ragmon_traces_pending", (), self.traces_pending, "gauge"),
-            StatSample("ragmon_spans_pending", (), self.spans_held, "gauge"),
-            StatSample("ragmon_span_bytes_pending", (), self.bytes_held, "gauge"),
-            StatSample("ragmon_spans_assembled_total", (), self.spans_accepted, "counter"),
-            StatSample("ragmon_spans_late_total", (), self.spans_late, "counter"),
+            StatSample(cat.TRACES_EVICTED.total, (), self.traces_evicted, "counter"),
+            StatSample(cat.TRACES_PENDING.name, (), self.traces_pending, "gauge"),
+            StatSample(cat.SPANS_PENDING.name, (), self.spans_held, "gauge"),
+            StatSample(cat.SPAN_BYTES_PENDING.name, (), self.bytes_held, "gauge"),
+            StatSample(cat.SPANS_ASSEMBLED.total, (), self.spans_accepted, "counter"),
+            StatSample(cat.SPANS_LATE.total, (), self.spans_late, "counter"),
             StatSample(
-                "ragmon_spans_dropped_total", (("reason", "trace_full"),),
+                cat.SPANS_DROPPED.total, (("reason", "trace_full"),),
                 self.spans_dropped_trace_full, "counter",
             ),
             StatSample(
-                "ragmon_spans_dropped_total", (("reason", "duplicate"),),
+                cat.SPANS_DROPPED.total, (("reason", "duplicate"),),
                 self.spans_dropped_duplicate, "counter",
             ),
         )

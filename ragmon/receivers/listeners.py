@@ -26,9 +26,10 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from ragmon.config import ReceiverConfig, parse_duration
+from ragmon.export import catalogue as cat
 from ragmon.receivers.ratelog import RateLimitedLog, format_peer
 
 __all__ = ["BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS"]
@@ -91,17 +92,9 @@ class ListenerStats:
 
     def collect(self) -> Iterable[Metric]:
         """``ragmon_connections_{open,refused_total,closed_total}`` (for a ``StatsCollector``)."""
-        opened = GaugeMetricFamily("ragmon_connections_open", "Open connections, by listener.",
-                                   labels=["listener"])
-        refused = CounterMetricFamily(
-            "ragmon_connections_refused",
-            "Connections answered 503 and closed at once: the listener was at max_connections, none idle.",
-            labels=["listener"])
-        closed = CounterMetricFamily(
-            "ragmon_connections_closed",
-            "Connections closed by ragmon: header_timeout (request head too slow), evicted (idle, "
-            "for a new one at the cap), malformed (bad HTTP framing).",
-            labels=["listener", "reason"])
+        opened = cat.CONNECTIONS_OPEN.empty()
+        refused = cat.CONNECTIONS_REFUSED.empty()
+        closed = cat.CONNECTIONS_CLOSED.empty()
         for name in self.names:
             opened.add_metric([name], self.open[name])
             refused.add_metric([name], self.refused[name])

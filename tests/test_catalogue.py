@@ -1,0 +1,186 @@
+"""The metric catalogue (ragmon/export/catalogue.py) is the one list of families: the exposition
+(golden file), the alert rules, the dashboard and the README name only what it holds, with the
+labels it gives them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ragmon.app import Sidecar
+from ragmon.config import Config
+from ragmon.export.catalogue import CATALOGUE, Family, Kind, by_sample
+from ragmon.ops.dashboard import dashboard
+from ragmon.ops.rules import Thresholds, rule_groups
+
+ROOT = Path(__file__).parent.parent
+GOLDEN = Path(__file__).parent / "data" / "metric_families.txt"
+README = (ROOT / "README.md").read_text()
+NOT_IN_GOLDEN = {
+    "ragmon_connections_open", "ragmon_connections_refused", "ragmon_connections_closed",  # listeners, not the registry alone
+    "ragmon_evaluations_exported",  # with judge.export_endpoint
+    "ragmon_probe_requests", "ragmon_probe_duration_seconds", "ragmon_probe_traces", "ragmon_probe_traces_pending",  # with probes
+}
+"""Families the golden file's sidecar (default config, no listeners) does not export."""
+HISTOGRAMS = frozenset(f.name for f in CATALOGUE if f.kind is Kind.HISTOGRAM)
+TARGET_LABELS = frozenset({"job", "instance"})
+"""Labels Prometheus adds at scrape time."""
+SELECTOR = re.compile(r"\b(ragmon_\w+)(?:\{([^}]*)\})?")
+MATCHER_NAME = re.compile(r"(\w+)\s*(?:=~|!~|!=|=)")
+GROUPING = re.compile(r"\bby \(([^)]*)\) \((?:\w+\()?$")
+LABEL_VALUES = re.compile(r"label_values\((ragmon_\w+)(?:\{[^}]*\})?, (\w+)\)")
+
+
+def _exposed(family: Family) -> str:
+    """The name people read: a counter's ``_total``, a histogram's or gauge's own name."""
+    return family.total if family.kind is Kind.COUNTER else family.name
+
+
+def test_names_are_unique_and_follow_the_conventions() -> None:
+    names = [f.name for f in CATALOGUE]
+    assert len(names) == len(set(names))
+    samples = [s for f in CATALOGUE for s in f.samples()]
+    assert len(samples) == len(set(samples)), "a sample name belongs to two families"
+    for family in CATALOGUE:
+        assert re.fullmatch(r"ragmon_[a-z][a-z0-9_]*", family.name), family.name
+        assert not family.name.endswith("_total"), family.name
+        assert family.help.endswith("."), family.name
+        assert bool(family.buckets) == (family.kind is Kind.HISTOGRAM), family.name
+        assert list(family.buckets) == sorted(family.buckets), family.name
+        assert not family.unit or family.name.endswith(f"_{family.unit}") or f"_{family.unit}_" in family.name, family.name
+        assert len(set(family.labels)) == len(family.labels), family.name
+        assert by_sample(next(iter(family.samples()))) is family
+    with pytest.raises(TypeError, match="_bucket"):
+        _ = by_sample("ragmon_traces_total").bucket
+    with pytest.raises(TypeError, match="histogram"):
+        _family("ragmon_faithfulness").empty()
+
+
+def test_the_series_budget_names_catalogue_families() -> None:
+    """``ragmon_series_folded_total{metric}`` names each family as it is exposed."""
+    metrics = Sidecar(Config(), clock=lambda: 10.0).metrics
+    assert set(metrics.series_folded()) <= {_exposed(f) for f in CATALOGUE}
+
+
+def _family(name: str) -> Family:
+    """The family of a sample name or a histogram's own name."""
+    return next((f for f in CATALOGUE if f.name == name and f.kind is Kind.HISTOGRAM), None) or by_sample(name)
+
+
+def test_the_exposition_is_the_catalogue() -> None:
+    """Every family of the golden file is a catalogue entry with its help, type, labels and
+    buckets; every entry is in the golden file unless it needs a listener, probes or onward export."""
+    golden = GOLDEN.read_text()
+    seen = set()
+    for name, help_text, kind in re.findall(r"^# HELP (\S+) (.*)\n# TYPE \1 (\w+)$", golden, flags=re.MULTILINE):
+        if not name.endswith("_created"):
+            family = _family(name)
+            seen.add(family.name)
+            assert (family.help, family.kind.value) == (help_text, kind), name
+    assert seen == {f.name for f in CATALOGUE} - NOT_IN_GOLDEN
+    for name, labels in re.findall(r"^(ragmon_\w+)\{(.*)\}$", golden, flags=re.MULTILINE):
+        if not name.endswith("_created"):
+            assert sorted(by_sample(name).samples()[name]) == [label for label in labels.split(",") if label], name
+    for family in CATALOGUE:
+        le = re.search(rf"^{family.name}_bucket\{{.*\n  le: (.*)$", golden, flags=re.MULTILINE)
+        if le:
+            assert le.group(1).split()[:-1] == [str(b) for b in family.buckets], family.name
+
+
+def _uses(expr: str) -> Iterator[tuple[str, set[str]]]:
+    """Each ``ragmon_*`` series ``expr`` reads and the labels it reads it by: its matchers, the
+    ``by (…)`` of the aggregation right around it and ``label_values``' label."""
+    for match in SELECTOR.finditer(expr):
+        labels = set(MATCHER_NAME.findall(match.group(2) or ""))
+        grouping = GROUPING.search(expr[: match.start()])
+        if grouping:
+            labels |= {label.strip() for label in grouping.group(1).split(",")}
+        yield match.group(1), labels
+    for match in LABEL_VALUES.finditer(expr):
+        yield match.group(1), {match.group(2)}
+
+
+def _check(exprs: list[str]) -> set[str]:
+    read = set()
+    for expr in exprs:
+        for name, labels in _uses(expr):
+            assert name not in HISTOGRAMS, f"a histogram is read by its _bucket, _sum or _count, not {name}: {expr}"
+            family = by_sample(name)
+            unknown = labels - set(family.samples()[name]) - TARGET_LABELS
+            assert not unknown, (name, unknown, expr)
+            read.add(name)
+    return read
+
+
+def _rule_exprs() -> list[str]:
+    variants = (Thresholds(), Thresholds(hit_rate_floor=0.5, mrr_floor=0.5, faithfulness_floor=0.5, faithfulness_skip_judges=()))
+    return [rule["expr"] for t in variants for group in rule_groups(thresholds=t)["groups"] for rule in group["rules"]]
+
+
+def test_every_series_the_rules_read_is_in_the_catalogue_with_its_labels() -> None:
+    assert len(_check(_rule_exprs())) >= 15
+
+
+def test_rules_read_only_aggregatable_series() -> None:
+    """No rule reads a gauge (the rolling ones are one replica's view); quality ratios are sums
+    of counter and histogram rates."""
+    for expr in _rule_exprs():
+        for name, _ in _uses(expr):
+            assert by_sample(name).kind in (Kind.COUNTER, Kind.HISTOGRAM), (name, expr)
+
+
+def test_every_series_the_dashboard_reads_is_in_the_catalogue_with_its_labels() -> None:
+    model = dashboard()
+    exprs = [t["expr"] for p in model["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"] for v in model["templating"]["list"] if v["type"] == "query"]
+    assert len(_check(exprs)) >= 40
+
+
+def test_the_checks_see_a_wrong_name_or_label() -> None:
+    with pytest.raises(KeyError):
+        _check(['sum by (service) (rate(ragmon_trace_total[5m]))'])
+    with pytest.raises(AssertionError, match="stage"):
+        _check(['sum by (service, stage) (rate(ragmon_traces_total[5m]))'])
+    with pytest.raises(AssertionError, match="model"):
+        _check(['sum (rate(ragmon_retrieval_hits_total{model="x"}[5m]))'])
+    with pytest.raises(AssertionError, match="histogram"):
+        _check(["sum (rate(ragmon_faithfulness[5m]))"])
+    assert _check(['histogram_quantile(0.9, sum by (le, instance) (rate(ragmon_request_duration_seconds_bucket[5m])))'])
+
+
+# -- the README -------------------------------------------------------------------------------------
+
+
+def _readme_tables() -> Iterator[tuple[list[str], str | None, list[str]]]:
+    """(names, type or None, label names) of each row of the README's metric tables."""
+    for line in README.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not line.startswith("| `ragmon_") or not (2 <= len(cells) <= 4):
+            continue
+        names = re.findall(r"`(ragmon_\w+)`", cells[0])
+        kind = cells[1] if len(cells) == 4 else None
+        labels = re.sub(r"\([^)]*\)", "", cells[-2 if len(cells) == 4 else 1].split(" — ")[0])
+        yield names, kind, [label.strip() for label in labels.split(",") if label.strip()]
+
+
+def test_the_readme_documents_every_family_and_names_only_catalogue_series() -> None:
+    mentioned = set(re.findall(r"\bragmon_\w+", README))
+    for name in mentioned:
+        assert name in {f.name for f in CATALOGUE} or name in {s for f in CATALOGUE for s in f.samples()}, name
+    undocumented = {_exposed(f) for f in CATALOGUE} - mentioned
+    assert not undocumented, f"add these to README.md's Metrics section: {sorted(undocumented)}"
+
+
+def test_the_readme_tables_and_label_lists_give_the_catalogues_types_and_labels() -> None:
+    rows = list(_readme_tables())
+    assert len(rows) >= 25
+    for names, kind, labels in rows:
+        for name in names:
+            family = by_sample(name) if kind != "histogram" else next(f for f in CATALOGUE if f.name == name)
+            assert kind is None or kind == family.kind.value, name
+            assert labels == list(family.labels), (name, labels, family.labels)
+    for name, labels in re.findall(r"`(ragmon_\w+)\{([\w,]+)\}`", README):
+        assert labels.split(",") == list(by_sample(name).labels), name
