@@ -18,7 +18,10 @@ LOCAL_PORTS = '[receiver]\nhttp = "127.0.0.1:0"\ngrpc = "127.0.0.1:0"\n[metrics]
 
 
 class RagmonProcess:
-    """``python -m ragmon run ARGS``; ``ports`` by name once started, ``lines`` of stderr so far."""
+    """``python -m ragmon run ARGS``; ``ports`` by name once started, ``lines`` of stderr so far.
+
+    A context manager: leaving the block kills the process if it still runs, so a test that fails
+    mid-way leaves no sidecar behind holding its ports."""
 
     def __init__(self, *args: str, expect: int = 3, preexec_fn: Callable[[], object] | None = None) -> None:
         self.process = subprocess.Popen(
@@ -30,7 +33,24 @@ class RagmonProcess:
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.wait_for(lambda: len(self.ports) >= expect or self.process.poll() is not None, 30)
+        try:
+            self.wait_for(lambda: len(self.ports) >= expect or self.process.poll() is not None, 30)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> RagmonProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill the process if it still runs and reap it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(10)
+        self._reader.join(5)
 
     def _read(self) -> None:
         assert self.process.stderr is not None

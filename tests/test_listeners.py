@@ -179,32 +179,32 @@ def test_thousands_of_idle_connections_leave_healthz_and_new_clients_answering(t
     limit = raise_open_files(20_000)
     n = min(4000, (limit - 500) // 2)  # this process holds the client ends (ragmon its own)
     config = config_file(tmp_path, "[receiver]\nmax_connections = 1000\n[metrics]\nmax_connections = 16\nlinger = \"0s\"\n")
-    ragmon = RagmonProcess("--config", config)
-    sockets: list[socket.socket] = []
-    try:
-        http, metrics = ragmon.ports["OTLP/HTTP"], ragmon.ports["metrics"]
-        for i in range(n):
-            sockets.append(socket.create_connection(("127.0.0.1", http if i % 20 else metrics), timeout=10))
-        for _ in range(5):
-            began = time.monotonic()
-            assert ragmon.get("/healthz", timeout=3) == "ok\n"
-            assert time.monotonic() - began < 1.0
-        exporter = OTLPSpanExporter(endpoint=ragmon.url("OTLP/HTTP", "/v1/traces"), timeout=5)
-        assert exporter.export(SPANS) == SpanExportResult.SUCCESS
-        text = ragmon.get("/metrics")
-        assert _metric(text, "ragmon_connections_open", listener="otlp_http") <= 1000
-        assert _metric(text, "ragmon_connections_open", listener="metrics") <= 16
-        assert _metric(text, "ragmon_connections_closed_total", listener="otlp_http", reason="evicted") >= n * 0.95 - 1000 - 20
-        assert _metric(text, "ragmon_connections_closed_total", listener="metrics", reason="evicted") > 0
-        with urllib.request.urlopen(ragmon.url("metrics", "/readyz"), timeout=3) as response:
-            assert response.status == 200
-    finally:
-        for sock in sockets:
-            sock.close()
-        code = ragmon.stop()
-    assert code == 0
-    assert "Traceback" not in ragmon.stderr
-    assert len(ragmon.lines) < 30, ragmon.stderr[-3000:]
+    with RagmonProcess("--config", config) as ragmon:
+        sockets: list[socket.socket] = []
+        try:
+            http, metrics = ragmon.ports["OTLP/HTTP"], ragmon.ports["metrics"]
+            for i in range(n):
+                sockets.append(socket.create_connection(("127.0.0.1", http if i % 20 else metrics), timeout=10))
+            for _ in range(5):
+                began = time.monotonic()
+                assert ragmon.get("/healthz", timeout=3) == "ok\n"
+                assert time.monotonic() - began < 1.0
+            exporter = OTLPSpanExporter(endpoint=ragmon.url("OTLP/HTTP", "/v1/traces"), timeout=5)
+            assert exporter.export(SPANS) == SpanExportResult.SUCCESS
+            text = ragmon.get("/metrics")
+            assert _metric(text, "ragmon_connections_open", listener="otlp_http") <= 1000
+            assert _metric(text, "ragmon_connections_open", listener="metrics") <= 16
+            assert _metric(text, "ragmon_connections_closed_total", listener="otlp_http", reason="evicted") >= n * 0.95 - 1000 - 20
+            assert _metric(text, "ragmon_connections_closed_total", listener="metrics", reason="evicted") > 0
+            with urllib.request.urlopen(ragmon.url("metrics", "/readyz"), timeout=3) as response:
+                assert response.status == 200
+        finally:
+            for sock in sockets:
+                sock.close()
+            code = ragmon.stop()
+        assert code == 0
+        assert "Traceback" not in ragmon.stderr
+        assert len(ragmon.lines) < 30, ragmon.stderr[-3000:]
 
 
 def test_connection_caps_leave_room_for_healthz_under_a_low_open_file_limit(caplog: pytest.LogCaptureFixture) -> None:

@@ -70,12 +70,12 @@ def test_run_with_a_config_file_scores_traces_and_stops_cleanly(tmp_path: Path) 
 
 
 def test_run_with_no_config_uses_the_default_ports() -> None:
-    ragmon = RagmonProcess()
-    assert ragmon.ports == {"metrics": 9464, "OTLP/HTTP": 4318, "OTLP/gRPC": 4317}, ragmon.stderr
-    ragmon.signal()
-    assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
-    ragmon.get("/metrics")  # the default linger ends at the first scrape after the drain
-    assert ragmon.wait(10) == 0, ragmon.stderr
+    with RagmonProcess() as ragmon:
+        assert ragmon.ports == {"metrics": 9464, "OTLP/HTTP": 4318, "OTLP/gRPC": 4317}, ragmon.stderr
+        ragmon.signal()
+        assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
+        ragmon.get("/metrics")  # the default linger ends at the first scrape after the drain
+        assert ragmon.wait(10) == 0, ragmon.stderr
 
 
 def _low_open_files() -> None:
@@ -85,15 +85,15 @@ def _low_open_files() -> None:
 
 def test_run_raises_the_open_file_limit_to_the_hard_limit_and_logs_it(tmp_path: Path) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    ragmon = RagmonProcess("--config", config_file(tmp_path, '[metrics]\nlinger = "0s"\n'), preexec_fn=_low_open_files)
-    try:
-        limits = Path(f"/proc/{ragmon.process.pid}/limits").read_text()
-        soft = next(line.split()[3] for line in limits.splitlines() if line.startswith("Max open files"))
-        shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
-        assert soft == shown
-        assert f"open-file limit raised from 256 to {shown}" in ragmon.stderr
-    finally:
-        assert ragmon.stop() == 0
+    with RagmonProcess("--config", config_file(tmp_path, '[metrics]\nlinger = "0s"\n'), preexec_fn=_low_open_files) as ragmon:
+        try:
+            limits = Path(f"/proc/{ragmon.process.pid}/limits").read_text()
+            soft = next(line.split()[3] for line in limits.splitlines() if line.startswith("Max open files"))
+            shown = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+            assert soft == shown
+            assert f"open-file limit raised from 256 to {shown}" in ragmon.stderr
+        finally:
+            assert ragmon.stop() == 0
 
 
 def test_run_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:

@@ -118,84 +118,84 @@ def _slow_body(port: int) -> socket.socket:
 def test_sigterm_under_load_scores_every_acknowledged_trace_and_exits_0_within_the_bound(tmp_path: Path) -> None:
     linger = 20.0
     config = config_file(tmp_path, f'[traces]\ngrace = "60s"\n[metrics]\nlinger = "{linger:g}s"\n')
-    ragmon = RagmonProcess("--config", config)
-    load = Load(ragmon.ports["OTLP/HTTP"])
-    threads = [threading.Thread(target=load.run) for _ in range(4)]
-    scraper = Scraper(ragmon.ports["metrics"])
-    scraping = threading.Thread(target=scraper.run)
-    hanging = [_slow_body(ragmon.ports["OTLP/HTTP"]) for _ in range(3)]
-    exporters = (
-        OTLPSpanExporter(endpoint=ragmon.url("OTLP/HTTP", "/v1/traces"), timeout=5),
-        GrpcExporter(endpoint=f"127.0.0.1:{ragmon.ports['OTLP/gRPC']}", insecure=True, timeout=5),
-    )
+    with RagmonProcess("--config", config) as ragmon:
+        load = Load(ragmon.ports["OTLP/HTTP"])
+        threads = [threading.Thread(target=load.run) for _ in range(4)]
+        scraper = Scraper(ragmon.ports["metrics"])
+        scraping = threading.Thread(target=scraper.run)
+        hanging = [_slow_body(ragmon.ports["OTLP/HTTP"]) for _ in range(3)]
+        exporters = (
+            OTLPSpanExporter(endpoint=ragmon.url("OTLP/HTTP", "/v1/traces"), timeout=5),
+            GrpcExporter(endpoint=f"127.0.0.1:{ragmon.ports['OTLP/gRPC']}", insecure=True, timeout=5),
+        )
 
-    def sdk_export() -> None:  # the real SDK exporters, over HTTP and gRPC, posting throughout
-        while not load.stop.is_set():
-            for exporter in exporters:
-                send_rag_traces(exporter, "sdk")
+        def sdk_export() -> None:  # the real SDK exporters, over HTTP and gRPC, posting throughout
+            while not load.stop.is_set():
+                for exporter in exporters:
+                    send_rag_traces(exporter, "sdk")
 
-    sdk = threading.Thread(target=sdk_export, daemon=True)
-    try:
-        for thread in (*threads, scraping, sdk):
-            thread.start()
-        assert ragmon.wait_for(lambda: load.acked >= 200, 30)
-        sent = ragmon.signal()
-        code = ragmon.wait(shutdown_bound(linger) + 5)
-        exited = time.monotonic() - sent
-        left_hanging = [read_all(sock, 1.0) for sock in hanging]
-    finally:
-        load.stop.set()
-        scraper.stop.set()
-        for thread in (*threads, scraping, sdk):
-            thread.join(15)
-        for sock in hanging:
-            sock.close()
-    for answer in left_hanging:  # requests in flight at SIGTERM were answered, to be retried
-        assert status(answer) == 503 and b"Retry-After: 1" in answer and b"shutting down" in answer, answer
-    assert code == 0, ragmon.stderr[-3000:]
-    assert "Traceback" not in ragmon.stderr, ragmon.stderr[-3000:]
-    assert "final values scraped" in ragmon.stderr, ragmon.stderr[-2000:]
-    # the scraper was answered until the final values were read, then ragmon exited at once
-    scrapes = [(at, text) for at, text in scraper.results if text is not None and not text.startswith("error")]
-    final_at, final = scrapes[-1]
-    assert _traces_total(final, "load") == load.acked, (load.answers, ragmon.stderr[-2000:])
-    assert all(not text.startswith("error") for at, text in scraper.results if at <= final_at and text)
-    assert exited < 10.0, (exited, ragmon.stderr[-2000:])
-    assert sent < final_at <= sent + exited
-    assert exited - (final_at - sent) < 2.0  # exited right after that scrape
+        sdk = threading.Thread(target=sdk_export, daemon=True)
+        try:
+            for thread in (*threads, scraping, sdk):
+                thread.start()
+            assert ragmon.wait_for(lambda: load.acked >= 200, 30)
+            sent = ragmon.signal()
+            code = ragmon.wait(shutdown_bound(linger) + 5)
+            exited = time.monotonic() - sent
+            left_hanging = [read_all(sock, 1.0) for sock in hanging]
+        finally:
+            load.stop.set()
+            scraper.stop.set()
+            for thread in (*threads, scraping, sdk):
+                thread.join(15)
+            for sock in hanging:
+                sock.close()
+        for answer in left_hanging:  # requests in flight at SIGTERM were answered, to be retried
+            assert status(answer) == 503 and b"Retry-After: 1" in answer and b"shutting down" in answer, answer
+        assert code == 0, ragmon.stderr[-3000:]
+        assert "Traceback" not in ragmon.stderr, ragmon.stderr[-3000:]
+        assert "final values scraped" in ragmon.stderr, ragmon.stderr[-2000:]
+        # the scraper was answered until the final values were read, then ragmon exited at once
+        scrapes = [(at, text) for at, text in scraper.results if text is not None and not text.startswith("error")]
+        final_at, final = scrapes[-1]
+        assert _traces_total(final, "load") == load.acked, (load.answers, ragmon.stderr[-2000:])
+        assert all(not text.startswith("error") for at, text in scraper.results if at <= final_at and text)
+        assert exited < 10.0, (exited, ragmon.stderr[-2000:])
+        assert sent < final_at <= sent + exited
+        assert exited - (final_at - sent) < 2.0  # exited right after that scrape
 
 
 def test_sigterm_idle_with_no_linger_exits_promptly(tmp_path: Path) -> None:
-    ragmon = RagmonProcess("--config", config_file(tmp_path, '[metrics]\nlinger = "0s"\n'))
-    sent = ragmon.signal()
-    assert ragmon.wait(10) == 0
-    assert time.monotonic() - sent < 3.0, ragmon.stderr
-    assert "Traceback" not in ragmon.stderr
+    with RagmonProcess("--config", config_file(tmp_path, '[metrics]\nlinger = "0s"\n')) as ragmon:
+        sent = ragmon.signal()
+        assert ragmon.wait(10) == 0
+        assert time.monotonic() - sent < 3.0, ragmon.stderr
+        assert "Traceback" not in ragmon.stderr
 
 
 def test_a_scrape_during_the_linger_reads_the_drained_traces_and_ends_it(tmp_path: Path) -> None:
     config = config_file(tmp_path, '[traces]\ngrace = "60s"\n[metrics]\nlinger = "30s"\n')
-    ragmon = RagmonProcess("--config", config)
-    send_rag_traces(OTLPSpanExporter(endpoint=ragmon.url("OTLP/HTTP", "/v1/traces"), timeout=10), "svc")
-    assert _traces_total(ragmon.get("/metrics"), "svc") == 0  # held: the grace is a minute
-    ragmon.signal()
-    assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
-    time.sleep(0.5)
-    assert ragmon.process.poll() is None  # lingering: no scrape yet
-    assert ragmon.get("/healthz") == "ok\n"  # not a scrape: still lingering
-    assert ragmon.process.poll() is None
-    text = ragmon.get("/metrics")
-    scraped = time.monotonic()
-    assert _traces_total(text, "svc") == 3
-    assert ragmon.wait(10) == 0
-    assert time.monotonic() - scraped < 2.0, ragmon.stderr
-    assert "final values scraped" in ragmon.stderr and "Traceback" not in ragmon.stderr
+    with RagmonProcess("--config", config) as ragmon:
+        send_rag_traces(OTLPSpanExporter(endpoint=ragmon.url("OTLP/HTTP", "/v1/traces"), timeout=10), "svc")
+        assert _traces_total(ragmon.get("/metrics"), "svc") == 0  # held: the grace is a minute
+        ragmon.signal()
+        assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
+        time.sleep(0.5)
+        assert ragmon.process.poll() is None  # lingering: no scrape yet
+        assert ragmon.get("/healthz") == "ok\n"  # not a scrape: still lingering
+        assert ragmon.process.poll() is None
+        text = ragmon.get("/metrics")
+        scraped = time.monotonic()
+        assert _traces_total(text, "svc") == 3
+        assert ragmon.wait(10) == 0
+        assert time.monotonic() - scraped < 2.0, ragmon.stderr
+        assert "final values scraped" in ragmon.stderr and "Traceback" not in ragmon.stderr
 
 
 def test_a_second_signal_cuts_the_linger(tmp_path: Path) -> None:
-    ragmon = RagmonProcess("--config", config_file(tmp_path, '[metrics]\nlinger = "60s"\n'))
-    ragmon.signal()
-    assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
-    sent = ragmon.signal()
-    assert ragmon.wait(10) == 0
-    assert time.monotonic() - sent < 3.0
+    with RagmonProcess("--config", config_file(tmp_path, '[metrics]\nlinger = "60s"\n')) as ragmon:
+        ragmon.signal()
+        assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
+        sent = ragmon.signal()
+        assert ragmon.wait(10) == 0
+        assert time.monotonic() - sent < 3.0
