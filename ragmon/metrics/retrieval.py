@@ -1,10 +1,15 @@
 """Per-query retrieval metrics with trec_eval's definitions.
 
-Every function takes a ranking (document ids, best first) and the query's relevance: either a
+Every metric takes a ranking (document ids, best first) and the query's relevance: either a
 collection of relevant ids (binary, grade 1) or a mapping ``id -> grade`` with integer grades
 ``>= 0``. A document is relevant when its grade is above 0. Duplicates in a ranking count once,
 at their first rank. When no document has a grade above 0 the metric is undefined and the
 function returns ``None``: such a query is excluded from means, never scored 0 or 1.
+
+Each formula is written once, as a *kernel* (``*_of``) over the ranking's gains (the grade of
+each distinct ranked document, 0 when unjudged). The per-query functions, ``score_all`` and the
+live scorer (``ragmon.scoring.records``) all call these kernels; ``ragmon.metrics.batch`` is
+the vectorised second implementation, held equal to them by the tests.
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ __all__ = [
     "precision_at_k",
     "ndcg_at_k",
     "score_all",
+    "ranked_gains",
+    "ideal_gains",
+    "relevant_in_top",
+    "hit_of",
+    "reciprocal_rank_of",
+    "recall_of",
+    "precision_of",
+    "dcg_of",
+    "ndcg_of",
 ]
 
 
@@ -59,14 +73,67 @@ def _check_k(k: int) -> None:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
 
 
-def _prepare(ranking: Sequence[DocId], relevance: Relevance) -> tuple[list[float], dict[Any, float], int] | None:
-    """Gains of the deduplicated ranking, the grades, and the number of relevant documents."""
+# Kernels: each formula once, over gains (pure, no validation).
+
+
+def ranked_gains(ranking: Iterable[DocId], grades: Mapping[Any, float]) -> list[float]:
+    """Grade of each distinct ranked document, best first (0 when unjudged)."""
+    return [grades.get(doc, 0) for doc in dedupe(ranking)]
+
+
+def ideal_gains(grades: Mapping[Any, float]) -> list[float]:
+    """Grades above 0 of all judged documents, highest first: the ideal ranking's gains."""
+    return sorted((g for g in grades.values() if g > 0), reverse=True)
+
+
+def relevant_in_top(gains: Sequence[float], k: int) -> int:
+    """Number of relevant documents (gain above 0) in the top k."""
+    return sum(1 for g in gains[:k] if g > 0)
+
+
+def hit_of(found: int) -> float:
+    """Hit from the number of relevant documents in the top k."""
+    return 1.0 if found else 0.0
+
+
+def reciprocal_rank_of(gains: Sequence[float], k: int | None = None) -> float:
+    """1 / rank of the first relevant document within the top k (all when ``k`` is None), else 0."""
+    for rank, gain in enumerate(gains[:k], start=1):
+        if gain > 0:
+            return 1.0 / rank
+    return 0.0
+
+
+def recall_of(found: int, num_relevant: int) -> float:
+    """Recall from the relevant documents found in the top k and all relevant documents."""
+    return found / num_relevant
+
+
+def precision_of(found: int, k: int) -> float:
+    """Precision from the relevant documents found in the top k (a short list still divides by k)."""
+    return found / k
+
+
+def dcg_of(gains: Sequence[float], k: int) -> float:
+    """DCG of the top k: gain = grade, discount log2(rank + 1)."""
+    return sum(g / math.log2(rank + 1) for rank, g in enumerate(gains[:k], start=1) if g > 0)
+
+
+def ndcg_of(gains: Sequence[float], ideal: Sequence[float], k: int) -> float:
+    """DCG@k of the ranking over DCG@k of the ideal gains (``ideal_gains``)."""
+    return dcg_of(gains, k) / dcg_of(ideal, k)
+
+
+# Per-query metrics: validate, then call the kernels.
+
+
+def _judge(ranking: Sequence[DocId], relevance: Relevance) -> tuple[list[float], dict[Any, float], int] | None:
+    """Gains of the ranking, the grades, and the number of relevant documents; ``None`` if none."""
     grades = as_grades(relevance)
     num_rel = sum(1 for g in grades.values() if g > 0)
     if num_rel == 0:
         return None
-    gains = [grades.get(doc, 0) for doc in dedupe(ranking)]
-    return gains, grades, num_rel
+    return ranked_gains(ranking, grades), grades, num_rel
 
 
 def hit_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float | None:
@@ -75,11 +142,8 @@ def hit_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float | 
     Range {0, 1}; ``None`` when nothing is relevant. The mean over queries is the hit rate@k.
     """
     _check_k(k)
-    prepared = _prepare(ranking, relevance)
-    if prepared is None:
-        return None
-    gains = prepared[0]
-    return 1.0 if any(g > 0 for g in gains[:k]) else 0.0
+    judged = _judge(ranking, relevance)
+    return None if judged is None else hit_of(relevant_in_top(judged[0], k))
 
 
 def reciprocal_rank(ranking: Sequence[DocId], relevance: Relevance, k: int | None = None) -> float | None:
@@ -90,14 +154,8 @@ def reciprocal_rank(ranking: Sequence[DocId], relevance: Relevance, k: int | Non
     """
     if k is not None:
         _check_k(k)
-    prepared = _prepare(ranking, relevance)
-    if prepared is None:
-        return None
-    gains = prepared[0] if k is None else prepared[0][:k]
-    for rank, gain in enumerate(gains, start=1):
-        if gain > 0:
-            return 1.0 / rank
-    return 0.0
+    judged = _judge(ranking, relevance)
+    return None if judged is None else reciprocal_rank_of(judged[0], k)
 
 
 def recall_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float | None:
@@ -106,11 +164,8 @@ def recall_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float
     Range [0, 1]; ``None`` when nothing is relevant.
     """
     _check_k(k)
-    prepared = _prepare(ranking, relevance)
-    if prepared is None:
-        return None
-    gains, _, num_rel = prepared
-    return sum(1 for g in gains[:k] if g > 0) / num_rel
+    judged = _judge(ranking, relevance)
+    return None if judged is None else recall_of(relevant_in_top(judged[0], k), judged[2])
 
 
 def precision_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float | None:
@@ -119,11 +174,8 @@ def precision_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> fl
     Range [0, 1]; ``None`` when nothing is relevant.
     """
     _check_k(k)
-    prepared = _prepare(ranking, relevance)
-    if prepared is None:
-        return None
-    gains = prepared[0]
-    return sum(1 for g in gains[:k] if g > 0) / k
+    judged = _judge(ranking, relevance)
+    return None if judged is None else precision_of(relevant_in_top(judged[0], k), k)
 
 
 def ndcg_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float | None:
@@ -133,37 +185,28 @@ def ndcg_at_k(ranking: Sequence[DocId], relevance: Relevance, k: int) -> float |
     from the retrieved list. Range [0, 1]; ``None`` when nothing is relevant.
     """
     _check_k(k)
-    prepared = _prepare(ranking, relevance)
-    if prepared is None:
-        return None
-    gains, grades, _ = prepared
-    dcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(gains[:k], start=1) if g > 0)
-    ideal = sorted((g for g in grades.values() if g > 0), reverse=True)[:k]
-    idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal, start=1))
-    return dcg / idcg
+    judged = _judge(ranking, relevance)
+    return None if judged is None else ndcg_of(judged[0], ideal_gains(judged[1]), k)
 
 
 def score_all(
     ranking: Sequence[DocId], relevance: Relevance, ks: Sequence[int]
 ) -> tuple[float, dict[int, tuple[float, float, float, float]]] | None:
-    """Every metric of one query in one pass: ``(rr, {k: (hit, recall, precision, ndcg)})``.
+    """Every metric of one query: ``(rr, {k: (hit, recall, precision, ndcg)})``.
 
-    The same values as the single-metric functions (the tests hold them equal); ``None`` when
-    nothing is relevant. For the sidecar, which scores each finished request at every k.
+    The same kernels as the single-metric functions, with the grades read, the ranking
+    deduplicated and the ideal gains sorted once; ``None`` when nothing is relevant. For the
+    sidecar, which scores each finished request at every k.
     """
     for k in ks:
         _check_k(k)
-    prepared = _prepare(ranking, relevance)
-    if prepared is None:
+    judged = _judge(ranking, relevance)
+    if judged is None:
         return None
-    gains, grades, num_rel = prepared
-    ideal = sorted((g for g in grades.values() if g > 0), reverse=True)
-    rr = next((1.0 / rank for rank, g in enumerate(gains, start=1) if g > 0), 0.0)
+    gains, grades, num_rel = judged
+    ideal = ideal_gains(grades)
     out: dict[int, tuple[float, float, float, float]] = {}
     for k in ks:
-        top = gains[:k]
-        hits = sum(1 for g in top if g > 0)
-        dcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(top, start=1) if g > 0)
-        idcg = sum(g / math.log2(rank + 1) for rank, g in enumerate(ideal[:k], start=1))
-        out[k] = (1.0 if hits else 0.0, hits / num_rel, hits / k, dcg / idcg)
-    return rr, out
+        found = relevant_in_top(gains, k)
+        out[k] = (hit_of(found), recall_of(found, num_rel), precision_of(found, k), ndcg_of(gains, ideal, k))
+    return reciprocal_rank_of(gains), out

@@ -119,22 +119,14 @@ def score_judged_retrieval(ranking: Sequence[str], relevant_ids: Sequence[str], 
     (reciprocal rank, hit rate and precision 0), not "unlabelled" as for human labels. Recall
     and NDCG need every relevant document of the corpus and are left empty for this source.
     """
-    relevant = set(relevant_ids)
-    seen = retrieval.dedupe(ranking)
-    flags = [doc in relevant for doc in seen]
-    first = next((i for i, f in enumerate(flags) if f), None)
-    hit: dict[int, float] = {}
-    precision: dict[int, float] = {}
-    for k in ks:
-        found = sum(flags[:k])
-        hit[k] = 1.0 if found else 0.0
-        precision[k] = found / k
+    gains = retrieval.ranked_gains(ranking, dict.fromkeys(relevant_ids, 1))
+    found = {k: retrieval.relevant_in_top(gains, k) for k in ks}
     return RetrievalScore(
         source="judge",
-        reciprocal_rank=0.0 if first is None else 1.0 / (first + 1),
-        hit=hit,
+        reciprocal_rank=retrieval.reciprocal_rank_of(gains),
+        hit={k: retrieval.hit_of(n) for k, n in found.items()},
         recall={},
-        precision=precision,
+        precision={k: retrieval.precision_of(n, k) for k, n in found.items()},
         ndcg={},
     )
 
