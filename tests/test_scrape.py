@@ -192,6 +192,27 @@ def test_no_compression_unless_gzip_is_accepted(accept_encoding: str) -> None:
     assert "Content-Encoding" not in headers and body.startswith(b"# HELP")
 
 
+def test_a_library_handler_that_awaits_is_refused_not_left_half_run() -> None:
+    """The handler runs in a worker thread without an event loop: one that awaited (a future
+    prometheus_client) is an error, not a hang."""
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+
+    from ragmon.export.server import _render
+
+    async def waits(_: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0)
+        return web.Response()
+
+    async def answers(_: web.Request) -> web.StreamResponse:
+        return web.Response(text="x")
+
+    request = make_mocked_request("GET", "/metrics")
+    with pytest.raises(RuntimeError, match="awaited"):
+        _render(waits, request)
+    assert _render(answers, request).status == 200
+
+
 # -- a big scrape does not stop the loop --------------------------------------------------------
 
 
