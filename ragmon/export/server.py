@@ -126,13 +126,15 @@ def metrics_handler(registry: Collector) -> Handler:
 
 def bearer_guard(token: str, paths: Collection[str] = GUARDED_PATHS) -> Middleware:
     """A middleware answering 401 on ``paths`` to a request without ``token`` as its bearer
-    token (no check when ``token`` is empty)."""
+    token (no check when ``token`` is empty; a request the router refuses, e.g. 405, keeps
+    its answer)."""
 
     @web.middleware
     async def guard(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> web.StreamResponse:
-        if token and request.path in paths and not bearer_token_matches(request.headers.get("Authorization"), token):
+        routed = request.match_info.http_exception is None
+        if token and routed and request.path in paths and not bearer_token_matches(request.headers.get("Authorization"), token):
             return web.Response(
                 status=401, text="missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"}
             )
