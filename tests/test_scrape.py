@@ -1,6 +1,6 @@
 """The metrics server: the bearer token on /metrics and the status page, the scrape's output
-(the encoders' own, per Accept and Accept-Encoding), and ingest and health answering while a
-big scrape renders."""
+(the encoders' own, per Accept and Accept-Encoding, and the name[] filter; prometheus_client's
+aiohttp handler), and ingest and health answering while a big scrape renders."""
 
 from __future__ import annotations
 
