@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import errno
 import gc
-import html
 import logging
 import os
 import resource
@@ -29,7 +28,8 @@ from prometheus_client import CollectorRegistry
 from ragmon import __version__
 from ragmon.config import Config, parse_duration, parse_listen
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
-from ragmon.export.exporter import RagMetrics, StatsCollector, scrape, self_metrics
+from ragmon.export import server
+from ragmon.export.exporter import RagMetrics, StatsCollector, self_metrics
 from ragmon.groundtruth.prober import Probes
 from ragmon.groundtruth.relevance import Qrels, read_qrels
 from ragmon.judge.stage import JudgeStage
@@ -37,7 +37,6 @@ from ragmon.model import RagRecord
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.pipeline.queue import Pipeline
 from ragmon.receivers import otlp_grpc, otlp_http
-from ragmon.receivers.auth import bearer_token_matches
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 from ragmon.receivers.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
 from ragmon.receivers.ratelog import RateLimitedLog, held_back
@@ -180,50 +179,14 @@ class Sidecar:
     # -- HTTP: /metrics, /healthz, /readyz, / ----------------------------------------------------
 
     def metrics_app(self) -> web.Application:
-        """The aiohttp app serving ``/metrics``, ``/healthz``, ``/readyz`` and the status page.
-
-        ``metrics.token``, when set, is required as a bearer token on ``/metrics`` and ``/``;
-        ``/healthz`` and ``/readyz`` stay open (kubelet probes). A scrape collects on the loop
-        one family at a time and encodes in a worker thread; one scrape runs at a time.
-        """
-        token = self.config.metrics.token
-        scraping = asyncio.Lock()
-
-        def refused(request: web.Request) -> web.Response | None:
-            if not token or bearer_token_matches(request.headers.get("Authorization"), token):
-                return None
-            return web.Response(
-                status=401, text="missing or wrong bearer token\n", headers={"WWW-Authenticate": "Bearer"}
-            )
-
-        async def metrics(request: web.Request) -> web.Response:
-            if (refusal := refused(request)) is not None:
-                return refusal
-            async with scraping:
-                body, headers = await scrape(
-                    self.registry, request.headers.get("Accept", ""), request.headers.get("Accept-Encoding", "")
-                )
-            return web.Response(body=body, headers=headers)
-
-        async def healthz(_: web.Request) -> web.Response:
-            return web.Response(text="ok\n")
-
-        async def readyz(_: web.Request) -> web.Response:
-            if self.worker is None or self.worker.done():
-                return web.Response(status=503, text="not running\n")
-            return web.Response(text="ready\n")
-
-        async def status(request: web.Request) -> web.Response:
-            if (refusal := refused(request)) is not None:
-                return refusal
-            return web.Response(text=self.status_page(), content_type="text/html")
-
-        app = web.Application()
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        app.router.add_get("/", status)
-        return app
+        """The aiohttp app serving ``/metrics``, ``/healthz``, ``/readyz`` and the status page
+        (``ragmon.export.server``): ready while the worker runs."""
+        return server.metrics_app(
+            self.registry,
+            token=self.config.metrics.token,
+            status_page=self.status_page,
+            ready=lambda: self.worker is not None and not self.worker.done(),
+        )
 
     def status_page(self) -> str:
         """A small HTML page: what ragmon listens on and what it has seen."""
@@ -250,9 +213,7 @@ class Sidecar:
             )
         if stats.records and stats.unlabelled == stats.records:
             notes.append("No request carried relevance labels: retrieval quality needs ragmon.relevant_document_ids, a golden set, probes or feedback.")
-        body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-        note = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
-        return f"<!doctype html><title>ragmon</title><h1>ragmon</h1><table>{body}</table>{note}<p><a href='/metrics'>/metrics</a></p>\n"
+        return server.status_html(rows, notes)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

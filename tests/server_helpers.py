@@ -11,8 +11,13 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from aiohttp import ClientSession, web
+from aiohttp.test_utils import TestServer
+from prometheus_client.registry import Collector
+
 from ragmon.app import Sidecar
 from ragmon.config import Config
+from ragmon.export.server import metrics_handler
 
 T = TypeVar("T")
 
@@ -79,3 +84,25 @@ def call_soon(thread: LoopThread, fn: Callable[[], Any]) -> Any:
         return fn()
 
     return thread.run(wrapper())
+
+
+CONTENT_HEADERS = ("Content-Type", "Content-Encoding")
+
+
+async def scrape_async(
+    registry: Collector, accept: str = "", accept_encoding: str = "", query: str = "",
+) -> tuple[bytes, dict[str, str]]:
+    """One GET ``/metrics?query`` of an app serving ``registry`` through ragmon's metrics
+    handler: the body as sent (not decompressed) and its Content-Type and Content-Encoding."""
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler(registry))
+    headers = {"Accept": accept, "Accept-Encoding": accept_encoding}
+    async with TestServer(app) as server, ClientSession(auto_decompress=False) as session:
+        async with session.get(server.make_url("/metrics" + (f"?{query}" if query else "")), headers=headers) as response:
+            assert response.status == 200, response.status
+            return await response.read(), {k: response.headers[k] for k in CONTENT_HEADERS if k in response.headers}
+
+
+def scrape(registry: Collector, accept: str = "", accept_encoding: str = "", query: str = "") -> tuple[bytes, dict[str, str]]:
+    """``scrape_async`` on a new event loop."""
+    return asyncio.run(scrape_async(registry, accept, accept_encoding, query))

@@ -4,16 +4,16 @@ the build info, exemplar timestamps and the budget's validation."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter
 
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
+from server_helpers import scrape
 
 from ragmon import __version__
-from ragmon.export.exporter import RagMetrics, scrape
+from ragmon.export.exporter import RagMetrics
 from ragmon.export.labels import OTHER
 from ragmon.model import RagRecord
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
@@ -145,7 +145,7 @@ def test_build_info_names_the_running_version() -> None:
 def test_histogram_exemplars_carry_the_wall_clock_time_of_their_flush() -> None:
     metrics, registry = _metrics()
     metrics.observe(_record(7, "s"), _scores("m"), 10.0)
-    body, _ = asyncio.run(scrape(registry, "application/openmetrics-text; version=1.0.0", ""))
+    body, _ = scrape(registry, "application/openmetrics-text; version=1.0.0")
     text = body.decode()
     trace_id = (7).to_bytes(16, "big").hex()
     line = next(x for x in text.splitlines() if x.startswith('ragmon_request_duration_seconds_bucket{le="0.25"'))

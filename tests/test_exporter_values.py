@@ -7,17 +7,18 @@ A real registry and prometheus_client's encoders; no sidecar (each test well und
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from server_helpers import scrape
 from test_metrics_bounds import Samples, parse, total
 
 from ragmon.pipeline.assembly import AssemblyStats
-from ragmon.export.exporter import GZIP_LEVEL, RagMetrics, collect_families, encode_families, gzip_accepted, self_metrics
+from ragmon.export.exporter import RagMetrics, self_metrics
 from ragmon.export.labels import OTHER
+from ragmon.export.server import gzip_accepted
 from ragmon.model import RagRecord
 from ragmon.pipeline.queue import PipelineStats
 from ragmon.receivers.ingest import IngestStats
@@ -245,14 +246,15 @@ def test_gzip_accepted_reads_every_listed_coding_and_ignores_other_parameters() 
 
 
 def test_the_gzipped_body_is_reproducible() -> None:
-    """Same families, same bytes (no timestamp in the gzip header); the module's level."""
+    """Same families, same bytes (no timestamp in the gzip header)."""
     metrics, registry = _metrics(Clock())
     metrics.observe(_record(1), RecordScores((_retrieval("label"),), False, ()), 10.0)
-    plain, _ = encode_families(asyncio.run(collect_families(registry)), "", "")
-    body, headers = encode_families(asyncio.run(collect_families(registry)), "", "gzip")
+    plain, _ = scrape(registry)
+    body, headers = scrape(registry, accept_encoding="gzip")
     assert headers["Content-Encoding"] == "gzip"
-    assert body == gzip.compress(plain, compresslevel=GZIP_LEVEL, mtime=0)
+    assert gzip.decompress(body) == plain
     assert body[4:8] == b"\0\0\0\0"
+    assert scrape(registry, accept_encoding="gzip")[0] == body
 
 
 def test_the_pipeline_counters_are_exported_as_they_stand() -> None:

@@ -10,14 +10,14 @@ After an intended change, regenerate the golden file and review its diff::
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from pathlib import Path
 
+from server_helpers import scrape
+
 from ragmon.app import Sidecar
 from ragmon.config import Config
-from ragmon.export.exporter import scrape
 from ragmon.model import RagRecord
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
@@ -91,7 +91,7 @@ def family_shapes(exposition: str) -> str:
 def test_metric_families_names_help_types_labels_and_buckets_match_the_golden_file() -> None:
     car = Sidecar(Config(), clock=lambda: 10.0, wall=lambda: 1_700_000_000.0)
     _observe_one_of_each(car)
-    body, _ = asyncio.run(scrape(car.registry, "", ""))
+    body, _ = scrape(car.registry)
     got = family_shapes(body.decode())
     if os.environ.get("RAGMON_UPDATE_GOLDEN"):
         GOLDEN.parent.mkdir(exist_ok=True)

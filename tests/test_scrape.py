@@ -1,6 +1,6 @@
 """The metrics server: the bearer token on /metrics and the status page, the scrape's output
-(the encoders' own, per Accept and Accept-Encoding), and ingest and health answering while a
-big scrape renders."""
+(the encoders' own, per Accept and Accept-Encoding, and the name[] filter; prometheus_client's
+aiohttp handler), and ingest and health answering while a big scrape renders."""
 
 from __future__ import annotations
 
@@ -21,13 +21,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from opentelemetry.trace import Tracer
-from server_helpers import LoopThread, call_soon, post, sidecar_thread
+from server_helpers import call_soon, post, scrape, scrape_async, sidecar_thread
 from test_metrics_bounds import _observe_all
 from test_sidecar import FakeClock
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
-from ragmon.export.exporter import RagMetrics, gzip_accepted, scrape
+from ragmon.export.exporter import RagMetrics
+from ragmon.export.server import gzip_accepted
 
 TOKEN = "s3cret-token"
 
@@ -122,12 +123,12 @@ def test_scrape_writes_what_the_encoders_write_for_the_registry(accept: str) -> 
     encode, content_type = choose_encoder(accept)  # what /metrics called on the registry before
     want = encode(registry)
     assert want.startswith(b"# HELP")
-    body, headers = asyncio.run(scrape(registry, accept, ""))
+    body, headers = scrape(registry, accept)
     assert (body, headers) == (want, {"Content-Type": content_type})
     assert b'ragmon_traces_total{service="other",variant="other"}' in body
     if "openmetrics" in accept:
         assert want == generate_openmetrics(registry) and b"# {trace_id=" in body
-    zipped, headers = asyncio.run(scrape(registry, accept, "deflate, gzip;q=0.8"))
+    zipped, headers = scrape(registry, accept, "deflate, gzip;q=0.8")
     assert headers == {"Content-Type": content_type, "Content-Encoding": "gzip"}
     assert gzip.decompress(zipped) == want
 
@@ -148,6 +149,68 @@ def test_metrics_endpoint_negotiates_format_and_compression() -> None:
         assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
         assert "Content-Encoding" not in headers
         assert body.endswith(b"# EOF\n")
+
+
+def _families(text: bytes) -> set[str]:
+    return set(re.findall(rb"^# TYPE (\S+) ", text, flags=re.MULTILINE))
+
+
+def test_the_name_filter_returns_only_the_named_series(guarded: Sidecar) -> None:
+    """prometheus_client's ``name[]`` filter (series names), behind the token, with OpenMetrics
+    and gzip as asked."""
+    port = guarded.ports.metrics or 0
+    query = "/metrics?name[]=ragmon_build_info&name[]=ragmon_queue_spans&name[]=ragmon_spans_received_total"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    status, _, body = _get(port, query, auth)
+    assert status == 200
+    assert _families(body) == {b"ragmon_build_info", b"ragmon_queue_spans", b"ragmon_spans_received_total"}
+    assert b'ragmon_spans_received_total{protocol="http"}' in body
+    assert b"ragmon_spans_received_created" not in body  # a series not named
+    status, headers, body = _get(port, query, {**auth, "Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"})
+    assert (status, headers["Content-Encoding"]) == (200, "gzip")
+    assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    text = gzip.decompress(body)
+    assert _families(text) == {b"ragmon_build_info", b"ragmon_queue_spans", b"ragmon_spans_received"} and text.endswith(b"# EOF\n")
+    status, _, body = _get(port, query)
+    assert status == 401 and b"ragmon_" not in body
+    status, _, body = _get(port, "/metrics?name[]=no_such_series", auth)
+    assert (status, body) == (200, b"")
+
+
+def test_the_name_filter_on_ragmons_own_families() -> None:
+    """The filter also reaches families built at scrape time (histograms, rolling gauges)."""
+    registry = _filled_registry()
+    body, _ = scrape(registry, query="name[]=ragmon_traces_total&name[]=ragmon_retrieval_mrr")
+    assert _families(body) == {b"ragmon_traces_total", b"ragmon_retrieval_mrr"}
+    assert b'ragmon_traces_total{service="other",variant="other"}' in body
+    assert b'ragmon_retrieval_mrr{' in body
+
+
+@pytest.mark.parametrize("accept_encoding", ["", "gzip;q=0", "deflate", "br, deflate;q=0.5", "identity"])
+def test_no_compression_unless_gzip_is_accepted(accept_encoding: str) -> None:
+    body, headers = scrape(_filled_registry(), "", accept_encoding)
+    assert "Content-Encoding" not in headers and body.startswith(b"# HELP")
+
+
+def test_a_library_handler_that_awaits_is_refused_not_left_half_run() -> None:
+    """The handler runs in a worker thread without an event loop: one that awaited (a future
+    prometheus_client) is an error, not a hang."""
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+
+    from ragmon.export.server import _render
+
+    async def waits(_: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0)
+        return web.Response()
+
+    async def answers(_: web.Request) -> web.StreamResponse:
+        return web.Response(text="x")
+
+    request = make_mocked_request("GET", "/metrics")
+    with pytest.raises(RuntimeError, match="awaited"):
+        _render(waits, request)
+    assert _render(answers, request).status == 200
 
 
 # -- a big scrape does not stop the loop --------------------------------------------------------
@@ -230,7 +293,7 @@ def test_scrape_rendering_moves_off_the_loop(monkeypatch: pytest.MonkeyPatch) ->
                 await asyncio.sleep(0)
 
         task = asyncio.create_task(tick())
-        body, _ = await scrape(registry, "", "")
+        body, _ = await scrape_async(registry)
         done = True
         await task
         return body, ticks

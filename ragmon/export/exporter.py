@@ -21,9 +21,7 @@ observations count in full in the ``other`` series: totals across series stay ex
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import gzip
 import math
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
@@ -31,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -76,10 +73,6 @@ __all__ = [
     "SCORE_BUCKETS",
     "RagMetrics",
     "StatsCollector",
-    "collect_families",
-    "encode_families",
-    "gzip_accepted",
-    "scrape",
     "self_metrics",
 ]
 
@@ -657,72 +650,6 @@ class RagMetrics:
             folded = self._folded_generation[folded_key] = self._stream(cat.SCORE_MEANS[name].name, OTHER, OTHER, source, judge, folded=True)
             folded.histogram = (family, family.folded_series((OTHER, OTHER, source, judge)))
         return folded
-
-
-# -- scrapes: collect on the event loop, encode in a worker thread ------------------------------
-
-GZIP_LEVEL = 6
-"""zlib's default level: most of level 9's ratio at a fraction of its time."""
-
-
-class _Snapshot(Collector):
-    """Families already collected (never changed afterwards): what a worker thread encodes.
-
-    Read once: each family is let go once the encoder has moved past it, so its samples (built
-    by that reading, ``DeferredFamily``) are freed one family at a time, not all at the end.
-    """
-
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterator[Metric]:
-        families, self._families = self._families, []
-        families.reverse()
-        while families:
-            yield families.pop()
-
-
-async def collect_families(registry: Collector) -> list[Metric]:
-    """Every family of ``registry``, built on the event loop one at a time (each bounded by its
-    series budget), yielding to the loop between them so that ingest and probes go on."""
-    families = []
-    for family in registry.collect():
-        families.append(family)
-        await asyncio.sleep(0)
-    return families
-
-
-def gzip_accepted(accept_encoding: str) -> bool:
-    """Whether an ``Accept-Encoding`` header value accepts gzip (``gzip;q=0`` does not)."""
-    for part in accept_encoding.split(","):
-        coding, _, params = part.partition(";")
-        if coding.strip().lower() == "gzip":
-            q = params.strip().lower().removeprefix("q=")
-            try:
-                return not params.strip() or float(q) > 0
-            except ValueError:
-                return True
-    return False
-
-
-def encode_families(families: list[Metric], accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
-    """The exposition of ``families`` in the format ``accept`` asks for (Prometheus text, or
-    OpenMetrics with exemplars; prometheus_client's ``choose_encoder``), gzipped when
-    ``accept_encoding`` allows: (body, response headers). Takes ``families`` over (the list
-    is emptied as they are written) and reads nothing else: safe in a worker thread."""
-    encoder, content_type = choose_encoder(accept)
-    body = encoder(_Snapshot(families))
-    headers = {"Content-Type": content_type}
-    if gzip_accepted(accept_encoding):
-        body = gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
-        headers["Content-Encoding"] = "gzip"
-    return body, headers
-
-
-async def scrape(registry: Collector, accept: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
-    """One ``/metrics`` answer: families collected on the loop (``collect_families``), encoded
-    in a worker thread (``encode_families``), so the loop never waits for the encoding."""
-    return await asyncio.to_thread(encode_families, await collect_families(registry), accept, accept_encoding)
 
 
 def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineStats) -> Iterable[Metric]:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Generic, TypeAlias, TypeVar
 
 import numpy as np
-from prometheus_client import metrics as _client_metrics
+from prometheus_client import Counter
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     HistogramMetricFamily,
@@ -139,8 +139,10 @@ class Buckets:
 
 
 def _created_enabled() -> bool:
-    """prometheus_client's switch for ``_created`` samples (env PROMETHEUS_DISABLE_CREATED_SERIES)."""
-    return bool(getattr(_client_metrics, "_use_created", True))
+    """Whether prometheus_client writes ``_created`` samples (env PROMETHEUS_DISABLE_CREATED_SERIES,
+    ``disable_created_metrics()``): asked of a throwaway counter of its own, in no registry."""
+    probe = Counter("ragmon_probe", "", registry=None)
+    return any(sample.name.endswith("_created") for family in probe.collect() for sample in family.samples)
 
 
 M = TypeVar("M", bound=Metric)

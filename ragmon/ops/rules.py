@@ -11,7 +11,7 @@ observations in both. ``docs/runbook.md`` has a section per alert.
 ``python -m ragmon.ops.rules [--for-scale X] [--kubernetes] [--set NAME=VALUE]…`` prints the YAML;
 ``--for-scale`` multiplies every alert's ``for:`` (tests shorten them this way).
 
-The YAML comes from a small block-style emitter for plain data, so ragmon needs no YAML library.
+The YAML is PyYAML's (its safe dumper, configured for block style and literal multi-line strings).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from ragmon.export import catalogue as cat
 
@@ -525,84 +527,34 @@ def render_rules(
 
 # -- YAML ------------------------------------------------------------------------------------------
 
-_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*(?::[A-Za-z0-9_./-]+)*")
-_RESERVED = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
+
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc,unused-ignore]  # Any without PyYAML's stubs
+    """PyYAML's safe dumper, for reading: lists indented under their key, multi-line strings
+    as literal blocks, tuples as lists."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    """A multi-line string as a literal block (PyYAML quotes it instead when a block cannot
+    hold it exactly, e.g. trailing spaces)."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+def _represent_tuple(dumper: yaml.SafeDumper, items: tuple[Any, ...]) -> yaml.SequenceNode:
+    return dumper.represent_list(list(items))
+
+
+_Dumper.add_representer(str, _represent_str)
+_Dumper.add_representer(tuple, _represent_tuple)
 
 
 def to_yaml(data: Mapping[str, Any] | Sequence[Any]) -> str:
-    """Block-style YAML for dicts, lists, strings, numbers, booleans and None.
-
-    Strings are double-quoted (JSON escapes are valid YAML), multi-line ones literal blocks.
-    """
-    if not data:
-        return _scalar(data) + "\n"
-    return "\n".join(_node(data, 0)) + "\n"
-
-
-def _scalar(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise ValueError(f"not a finite number: {value}")
-        return json.dumps(value)
-    if isinstance(value, str):
-        return value if _plain(value) else json.dumps(value)
-    if isinstance(value, Mapping) and not value:
-        return "{}"
-    if isinstance(value, (list, tuple)) and not value:
-        return "[]"
-    raise TypeError(f"cannot write {type(value).__name__} as YAML")
-
-
-def _plain(text: str) -> bool:
-    """Whether ``text`` reads back as the same string unquoted (a name, not a number or keyword)."""
-    return _PLAIN.fullmatch(text) is not None and text.lower() not in _RESERVED
-
-
-def _key(key: object) -> str:
-    if not isinstance(key, str):
-        raise TypeError(f"mapping keys must be strings, got {key!r}")
-    return key if _plain(key) else json.dumps(key)
-
-
-def _literal(text: str) -> bool:
-    """Whether ``text`` reads back exactly as a ``|-`` literal block."""
-    return (
-        "\n" in text
-        and not text.endswith("\n")
-        and not text[:1].isspace()
-        and all(ch.isprintable() or ch == "\n" for ch in text)
-        and all(line == line.rstrip() for line in text.split("\n"))
-    )
-
-
-def _node(value: Mapping[str, Any] | Sequence[Any], indent: int) -> list[str]:
-    """The lines of a non-empty mapping or list whose entries start at column ``indent``."""
-    pad = " " * indent
-    lines: list[str] = []
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            lines.extend(_entry(f"{pad}{_key(key)}:", item, indent + 2))
-        return lines
-    for item in value:
-        if isinstance(item, Mapping) and item:
-            inner = _node(item, indent + 2)
-            lines.append(f"{pad}- {inner[0][indent + 2:]}")
-            lines.extend(inner[1:])
-        else:
-            lines.extend(_entry(f"{pad}-", item, indent + 2))
-    return lines
-
-
-def _entry(head: str, item: Any, indent: int) -> list[str]:
-    if isinstance(item, (Mapping, list, tuple)) and item:
-        return [head, *_node(item, indent)]
-    if isinstance(item, str) and _literal(item):
-        return [f"{head} |-", *((" " * indent + line) if line else "" for line in item.split("\n"))]
-    return [f"{head} {_scalar(item)}"]
+    """Block-style YAML (PyYAML's safe dumper) for dicts, lists, strings, numbers, booleans and
+    None, keys in their order, lines never folded."""
+    text: str = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1 << 30)
+    return text
 
 
 # -- command line --------------------------------------------------------------------------------

@@ -315,7 +315,7 @@ class Pricer:
         self._cache_size = cache_size
         self._snapshot = self._new_snapshot()
         self._snapshot_misses = 0
-        self._lookup: functools._lru_cache_wrapper[_Rate | None] = functools.lru_cache(
+        self._lookup = functools.lru_cache(
             maxsize=cache_size
         )(self._resolve)
 
