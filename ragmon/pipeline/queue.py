@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ragmon.config import ReceiverConfig
 from ragmon.model import RagRecord, Span, Trace
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.scoring.records import RecordScores
@@ -63,7 +64,7 @@ class Pipeline:
         after: Callable[[RagRecord, RecordScores, float], None] | None = None,
         clock: Callable[[], float],
         max_queued_spans: int,
-        max_queued_bytes: int = 128 * 1024 * 1024,
+        max_queued_bytes: int = ReceiverConfig().max_queued_bytes,
         tick: float = 0.25,
     ) -> None:
         self._assembler = assembler
