@@ -438,6 +438,12 @@ class ProbeConfig(_Section):
         return found
 
 
+FEEDBACK_NOT_AVAILABLE = (
+    "not available yet: POST /v1/feedback is not built in this version; remove the [feedback] section"
+)
+"""The problem a ``[feedback]`` section is answered with until feedback is built."""
+
+
 @dataclass(frozen=True, slots=True)
 class FeedbackConfig(_Section):
     """``[feedback]``: joining late labels to finished traces (``POST /v1/feedback``, not built
@@ -447,13 +453,8 @@ class FeedbackConfig(_Section):
     max_traces: int = _count(100_000)
 
     def problems(self) -> list[tuple[str, str]]:
+        """Always ``FEEDBACK_NOT_AVAILABLE``: the section would do nothing yet."""
         return [("", FEEDBACK_NOT_AVAILABLE)]
-
-
-FEEDBACK_NOT_AVAILABLE = (
-    "not available yet: POST /v1/feedback is not built in this version; remove the [feedback] section"
-)
-"""The problem a ``[feedback]`` section is answered with until feedback is built."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from ragmon import __version__
+from ragmon.config import MetricsConfig
 from ragmon.export.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS
 from ragmon.export.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
 from ragmon.export.series import (
@@ -340,7 +341,7 @@ class RagMetrics:
         windows: Sequence[float],
         max_label_values: int,
         clock: Callable[[], float],
-        max_series: int = 1000,
+        max_series: int = MetricsConfig().max_series,
         max_label_chars: int = DEFAULT_MAX_CHARS,
         wall: Callable[[], float] = time.time,
     ) -> None:
