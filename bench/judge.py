@@ -105,7 +105,7 @@ async def measure(port: int, concurrency: int, latency: float, seconds: float, s
     n = max(concurrency, int(concurrency / latency * seconds * 1.5))
     config = JudgeConfig(
         base_url=f"http://127.0.0.1:{port}/v1", model="bench-judge", sample_rate=1.0, max_per_minute=10**9,
-        max_usd_per_hour=float("inf"), concurrency=concurrency, max_queue=n, timeout="30s",
+        max_usd_per_hour=float("inf"), concurrency=concurrency, max_queue=n, timeout=30.0,
         evaluators=("faithfulness",),
     )
     client = JudgeClient(JudgeEndpoint(config.base_url, "bench"), config.model, 30.0)

@@ -26,7 +26,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from ragmon import __version__
-from ragmon.config import Config, parse_duration, parse_listen
+from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
 from ragmon.export import server
 from ragmon.export.exporter import RagMetrics, StatsCollector, self_metrics
@@ -132,7 +132,7 @@ class Sidecar:
         self.metrics = RagMetrics(
             self.registry,
             ks=cfg.scoring.k,
-            windows=[parse_duration(w) for w in cfg.scoring.windows],
+            windows=cfg.scoring.windows,
             max_label_values=cfg.metrics.max_label_values,
             max_label_chars=cfg.metrics.max_label_chars,
             max_series=cfg.metrics.max_series,
@@ -371,7 +371,7 @@ async def _run(config: Config) -> int:
         await sidecar.stop()
         return 1
     started = loop.time()
-    linger = parse_duration(config.metrics.linger)
+    linger = config.metrics.linger
     log.info("stopping: no new requests; finishing the traces held (at most %.0fs)", shutdown_bound(linger))
     await sidecar.stop_ingest()
     await sidecar.drain(DRAIN_TIMEOUT)

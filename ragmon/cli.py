@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from ragmon import __version__
-from ragmon.config import Config, check_document_id_place, load_config
+from ragmon.config import Config, ScoringConfig, check_document_id_place, load_config
 from ragmon.errors import ConfigError, InputError, RagmonError, UsageError
 from ragmon.groundtruth.relevance import read_golden_queries
 from ragmon.offline.compare import compare_runs
@@ -39,9 +39,11 @@ def _build_parser() -> _Parser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--qrels", metavar="FILE", help="relevance labels (JSONL by query_id or query text, or TREC qrels); they win over labels in the records")
-        p.add_argument("--k", default="1,3,5,10", metavar="K,…", help="cut-offs (default 1,3,5,10)")
+        k = ",".join(map(str, ScoringConfig().k))
+        p.add_argument("--k", default=k, metavar="K,…", help=f"cut-offs (default {k})")
         p.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
-        p.add_argument("--document-id", default="document.id", metavar="PLACE,…", help="for OTLP/JSON trace dumps: where document ids come from, in order (default document.id; e.g. metadata.doc_id,document.id)")
+        places = ",".join(ScoringConfig().document_id)
+        p.add_argument("--document-id", default=places, metavar="PLACE,…", help=f"for OTLP/JSON trace dumps: where document ids come from, in order (default {places}; e.g. metadata.doc_id,document.id)")
 
     ev = commands.add_parser("eval", help="score JSONL files of RAG records", description="Score JSONL files of RAG records (one run). Exit 1 when a --fail-under threshold fails, 2 on bad input.")
     ev.add_argument("files", nargs="+", metavar="FILE")

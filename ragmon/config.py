@@ -1,21 +1,25 @@
-"""Configuration: one frozen dataclass per TOML section, validated with key names.
+"""Configuration: one frozen dataclass per TOML section; each section reads and checks itself.
 
-Every key is optional; ``Config()`` is what ``ragmon run`` uses with no file. ``load_config``
-reads a TOML file, rejects unknown keys (with a did-you-mean), checks every value and raises
-``ConfigError`` listing each problem with its dotted key.
+Every key is optional; ``Config()`` is what ``ragmon run`` uses with no file, and each default
+is written once, on its field. A field declares the rule its TOML value must pass; durations are
+written as text (``"10s"``) and held as float seconds, parsed here once. ``load_config`` reads a
+TOML file and dispatches each table to its section's ``from_mapping``, which rejects unknown
+keys (with a did-you-mean) and checks every value; ``ConfigError`` lists each problem with its
+dotted key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from ragmon.errors import ConfigError
 from ragmon.groundtruth.jsonpath import parse_path
@@ -29,12 +33,15 @@ __all__ = [
     "JudgeConfig",
     "ProbeConfig",
     "FeedbackConfig",
+    "FEEDBACK_NOT_AVAILABLE",
     "Price",
     "check_document_id_place",
     "parse_duration",
     "parse_listen",
     "load_config",
     "config_from_mapping",
+    "probe_name",
+    "toml_defaults",
     "TOKEN_ENVIRONMENT",
     "with_environment",
 ]
@@ -73,138 +80,379 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     return host or "0.0.0.0", int(port)
 
 
+_Rule = Callable[[Any], Any]
+"""Checks a value of its key's TOML type and returns it as the section holds it; a
+``ValueError`` says what is wrong (the problem text after ``"key: "``)."""
+
+_INT64_MAX = 2**63 - 1
+_EVALUATORS = ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness")
+
+
+def _setting(default: Any = dataclasses.MISSING, rule: _Rule | None = None, *,
+             factory: Callable[[], Any] | None = None, read: _Rule | None = None) -> Any:
+    """A key whose TOML value has the type of its default and passes ``rule``; ``read``, when
+    given, replaces both (a key whose value may take several shapes)."""
+    metadata = {"rule": rule, "read": read}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _duration(text: str, *, zero: bool = False) -> Any:
+    """A duration: written ``text`` in TOML, held as float seconds (longer than 0 unless ``zero``)."""
+    rule = parse_duration if zero else _positive_duration
+    return field(default=parse_duration(text), metadata={"rule": rule, "toml": text})
+
+
+def _count(default: int, maximum: int = _INT64_MAX) -> Any:
+    """A count of at least 1 and at most ``maximum``."""
+    return _setting(default, functools.partial(_at_least_one, maximum=maximum))
+
+
+def _positive_duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise ValueError(f"must be longer than 0, got {text!r}")
+    return seconds
+
+
+def _at_least_one(value: int, maximum: int) -> int:
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
+    if value > maximum:
+        raise ValueError(f"must be at most {maximum}, got {value}")
+    return value
+
+
+def _not_negative(value: float) -> float:
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
+def _listen(text: str) -> str:
+    parse_listen(text)
+    return text
+
+
+def _cut_offs(k: tuple[int, ...]) -> tuple[int, ...]:
+    if not k or min(k) < 1:
+        raise ValueError("must list cut-offs >= 1")
+    return k
+
+
+def _windows(texts: tuple[str, ...]) -> tuple[float, ...]:
+    if not texts:
+        raise ValueError("must list at least one window")
+    seconds = tuple(parse_duration(w) for w in texts)
+    if min(seconds) <= 0:
+        raise ValueError(f"each window must be longer than 0, got {list(texts)}")
+    if len(set(seconds)) != len(seconds):
+        raise ValueError(f"lists the same duration twice: {list(texts)}")
+    return seconds
+
+
+def _places(places: tuple[str, ...]) -> tuple[str, ...]:
+    if not places:
+        raise ValueError("must list at least one place")
+    for place in places:
+        check_document_id_place(place)
+    return places
+
+
+def _attribute(name: str) -> str:
+    if not name:
+        raise ValueError("must name an attribute")
+    return name
+
+
+def _evaluators(names: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = sorted(set(names) - set(_EVALUATORS))
+    if unknown:
+        raise ValueError(f"unknown evaluator(s) {unknown}; known: {list(_EVALUATORS)}")
+    return names
+
+
+def _patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+    return patterns
+
+
+def _http_url_or_empty(url: str) -> str:
+    if url and not url.startswith(("http://", "https://")):
+        raise ValueError(f"must be an http:// or https:// URL, got {url!r}")
+    return url
+
+
+def _share(rate: float) -> float:
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {rate}")
+    return rate
+
+
+def _headers(value: Any) -> Any:
+    if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+        raise ValueError("expected a table of strings")
+    return value
+
+
+def _body(value: Any) -> Any:
+    if not isinstance(value, (dict, list, str)):
+        raise ValueError(f"expected a table, an array or a string, got {type(value).__name__}")
+    return value
+
+
+def _typed(value: Any, template: Any) -> Any:
+    """``value`` if it has the TOML type of ``template`` (lists as tuples, ints as floats where a
+    float is expected); ``ValueError`` otherwise."""
+    if isinstance(template, tuple):
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list, got {type(value).__name__}")
+        item_type = type(template[0]) if template else str
+        if not all(isinstance(v, item_type) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"expected a list of {item_type.__name__}")
+        return tuple(value)
+    if template is None or isinstance(template, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"expected true or false, got {value!r}")
+        return value
+    if isinstance(template, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"expected a number, got {value!r}")
+        return float(value)
+    if isinstance(template, Mapping):
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a table, got {type(value).__name__}")
+        return value
+    if not isinstance(value, type(template)) or isinstance(value, bool) != isinstance(template, bool):
+        raise ValueError(f"expected {type(template).__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _unknown(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=1)
+    return f"{key}: unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+class _Section:
+    """A TOML table read into a frozen dataclass whose fields declare their own rules."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_mapping(cls, name: str, table: Any, problems: list[str], at: str = "") -> Self:
+        """The section ``table`` sets; each bad key or value adds ``"name.key: problem"`` to
+        ``problems`` and keeps its default, so every problem is found in one pass. The
+        section's own ``problems()`` are named after ``at`` (default: ``name``)."""
+        values: dict[str, Any] = {}
+        if not isinstance(table, dict):
+            problems.append(f"{name}: expected a table, got {type(table).__name__}")
+            table = {}
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        for key, value in table.items():
+            if key not in fields:
+                problems.append(_unknown(f"{name}.{key}", list(fields)))
+                continue
+            meta = fields[key].metadata
+            try:
+                if meta.get("read"):
+                    values[key] = meta["read"](value)
+                else:
+                    value = _typed(value, meta.get("toml", fields[key].default))
+                    values[key] = meta["rule"](value) if meta.get("rule") else value
+            except ValueError as exc:
+                problems.append(f"{name}.{key}: {exc}")
+        section = cls(**values)
+        at = at or name
+        problems.extend(f"{at}.{key}: {text}" if key else f"{at}: {text}" for key, text in section.problems())
+        return section
+
+    def problems(self) -> list[tuple[str, str]]:
+        """What the section's keys cannot tell one at a time, as ``(key, problem)``; key ``""``:
+        the section itself. None by default."""
+        return []
+
+
+def toml_defaults(cls: type[Any]) -> dict[str, Any]:
+    """The defaults of a section class as they are written in TOML (durations as text)."""
+    defaults = cls()
+    return {f.name: f.metadata.get("toml", getattr(defaults, f.name)) for f in dataclasses.fields(cls)}
+
+
 @dataclass(frozen=True, slots=True)
-class ReceiverConfig:
+class ReceiverConfig(_Section):
     """``[receiver]``: OTLP ingest."""
 
-    http: str = "127.0.0.1:4318"
-    grpc: str = "127.0.0.1:4317"
+    http: str = _setting("127.0.0.1:4318", _listen)
+    grpc: str = _setting("127.0.0.1:4317", _listen)
     token: str = ""
-    max_body_bytes: int = 16 * 1024 * 1024
-    max_queued_spans: int = 200_000
+    max_body_bytes: int = _count(16 * 1024 * 1024, maximum=2**31 - 1)
+    """At most a C int: gRPC's message size limit is one."""
+    max_queued_spans: int = _count(200_000)
     """Spans waiting for assembly; past it receivers answer 503/UNAVAILABLE (exporters retry)."""
-    max_queued_bytes: int = 128 * 1024 * 1024
+    max_queued_bytes: int = _count(128 * 1024 * 1024)
     """The same bound in approximate bytes of kept span data."""
-    max_attribute_chars: int = 16_384
+    max_attribute_chars: int = _count(16_384)
     """Every kept value is bounded by this many units: strings (characters), bytes, arrays and
     key-value lists (characters of their JSON text), span names and ``service.name``; cuts are
     counted in ragmon_attributes_truncated_total."""
-    max_connections: int = 1024
+    max_connections: int = _count(1024)
     """Open connections per receiver; past it new connections are closed at once (counted)."""
-    max_inflight_bytes: int = 64 * 1024 * 1024
+    max_inflight_bytes: int = _count(64 * 1024 * 1024)
     """Request bytes being read at once across connections; past it 503 + Retry-After."""
-    header_timeout: str = "10s"
+    header_timeout: float = _duration("10s")
     """A request's line and headers must arrive within this (slow clients are cut off)."""
-    body_timeout: str = "30s"
+    body_timeout: float = _duration("30s")
     """A request's body must arrive within this once its headers have."""
-    idle_timeout: str = "60s"
+    idle_timeout: float = _duration("60s")
     """A kept-alive connection with no request for this long is closed."""
 
 
 @dataclass(frozen=True, slots=True)
-class MetricsConfig:
+class MetricsConfig(_Section):
     """``[metrics]``: the Prometheus endpoint."""
 
-    listen: str = "0.0.0.0:9464"
+    listen: str = _setting("0.0.0.0:9464", _listen)
     token: str = ""
-    max_label_values: int = 100
+    max_label_values: int = _count(100)
     """Distinct values kept per label (service, variant, model, …); more fold into ``other``."""
-    max_label_chars: int = 128
+    max_label_chars: int = _count(128)
     """Longer label values are cut to this many characters (counted)."""
-    max_series: int = 1000
+    max_series: int = _count(1000)
     """Label sets per metric family; past it new combinations fold into ``other`` (counted)."""
-    max_connections: int = 64
+    max_connections: int = _count(64)
     """Open connections to the metrics server; past it new ones are closed at once (counted)."""
-    linger: str = "10s"
+    linger: float = _duration("10s", zero=True)
     """After SIGTERM and the drain, /metrics keeps answering until one scrape has read the
     final values, or this long."""
 
 
 @dataclass(frozen=True, slots=True)
-class TracesConfig:
+class TracesConfig(_Section):
     """``[traces]``: trace assembly."""
 
-    grace: str = "2s"
-    max_wait: str = "60s"
-    max_pending: int = 50_000
-    max_spans: int = 1_000_000
+    grace: float = _duration("2s")
+    max_wait: float = _duration("60s")
+    max_pending: int = _count(50_000)
+    max_spans: int = _count(1_000_000)
     """Spans held across all pending traces; past it the oldest trace is finished early."""
-    max_bytes: int = 256 * 1024 * 1024
+    max_bytes: int = _count(256 * 1024 * 1024)
     """Approximate bytes of span data held across pending traces; likewise."""
 
 
+_WINDOWS = ("5m", "1h")
+
+
 @dataclass(frozen=True, slots=True)
-class ScoringConfig:
+class ScoringConfig(_Section):
     """``[scoring]``: retrieval metrics and windows."""
 
-    k: tuple[int, ...] = (1, 3, 5, 10)
-    windows: tuple[str, ...] = ("5m", "1h")
-    document_id: tuple[str, ...] = ("document.id",)
-    variant_attribute: str = "ragmon.variant"
+    k: tuple[int, ...] = _setting((1, 3, 5, 10), _cut_offs)
+    windows: tuple[float, ...] = field(
+        default=tuple(parse_duration(w) for w in _WINDOWS), metadata={"rule": _windows, "toml": _WINDOWS},
+    )
+    """Rolling windows in seconds (written as durations)."""
+    document_id: tuple[str, ...] = _setting(("document.id",), _places)
+    variant_attribute: str = _setting("ragmon.variant", _attribute)
     golden: str = ""
 
 
 @dataclass(frozen=True, slots=True)
-class JudgeConfig:
+class JudgeConfig(_Section):
     """``[judge]``: the sampled LLM judge."""
 
     base_url: str = ""
     model: str = "gpt-4o-mini"
-    sample_rate: float = 0.1
-    max_per_minute: int = 60
-    max_usd_per_hour: float = 1.0
-    concurrency: int = 4
-    timeout: str = "30s"
+    sample_rate: float = _setting(0.1, _share)
+    max_per_minute: int = _setting(60, _not_negative)
+    max_usd_per_hour: float = _setting(1.0, _not_negative)
+    concurrency: int = _count(4)
+    timeout: float = _duration("30s")
     enabled: bool | None = None
     """``None``: on when an OpenAI key or base URL is set (config or environment)."""
     api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the endpoint's key (never the key itself in the file)."""
-    evaluators: tuple[str, ...] = ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness")
-    max_retries: int = 2
+    evaluators: tuple[str, ...] = _setting(_EVALUATORS, _evaluators)
+    max_retries: int = _setting(2, _not_negative)
     """Retries of a call answered 429/5xx or cut off, with jittered exponential backoff."""
-    max_queue: int = 1000
+    max_queue: int = _count(1000)
     """Sampled traces waiting for a judge slot; past it they are dropped (counted)."""
-    cache_size: int = 10000
+    cache_size: int = _count(10000)
     """Judgements remembered by (query, answer, contexts): identical ones are not judged twice."""
-    redact: tuple[str, ...] = ()
+    redact: tuple[str, ...] = _setting((), _patterns)
     """Regular expressions; every match is replaced by ``[REDACTED]`` before text leaves."""
     send_documents: bool = True
     """False: document content is never sent (faithfulness and context relevance are off)."""
-    export_endpoint: str = ""
+    export_endpoint: str = _setting("", _http_url_or_empty)
     """OTLP/HTTP base URL to send ``gen_ai.evaluation.result`` events to; empty: off."""
 
 
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
 @dataclass(frozen=True, slots=True)
-class ProbeConfig:
+class ProbeConfig(_Section):
     """``[[probe]]``: a golden query replayer."""
 
     name: str = ""
     url: str = ""
     method: str = "POST"
-    headers: Mapping[str, str] = field(default_factory=dict)
-    body: Any = field(default_factory=lambda: {"question": "{query}"})
-    interval: str = "60s"
-    timeout: str = "10s"
-    concurrency: int = 2
+    headers: Mapping[str, str] = _setting(factory=dict, read=_headers)
+    body: Any = _setting(factory=lambda: {"question": "{query}"}, read=_body)
+    interval: float = _duration("60s")
+    timeout: float = _duration("10s")
+    concurrency: int = _count(2)
     dataset: str = ""
     response_ids: str = ""
     response_answer: str = ""
 
+    def problems(self) -> list[tuple[str, str]]:
+        """The URL (required), the method and the response paths."""
+        found: list[tuple[str, str]] = []
+        if not self.url:
+            found.append(("url", "required"))
+        elif not self.url.startswith(("http://", "https://")):
+            found.append(("url", f"must be an http:// or https:// URL, got {self.url!r}"))
+        if self.method.upper() not in _METHODS:
+            found.append(("method", f"expected one of {sorted(_METHODS)}, got {self.method!r}"))
+        for key in ("response_ids", "response_answer"):
+            if getattr(self, key):
+                try:
+                    parse_path(getattr(self, key))
+                except ValueError as exc:
+                    found.append((key, str(exc)))
+        return found
+
+
+FEEDBACK_NOT_AVAILABLE = (
+    "not available yet: POST /v1/feedback is not built in this version; remove the [feedback] section"
+)
+"""The problem a ``[feedback]`` section is answered with until feedback is built."""
+
 
 @dataclass(frozen=True, slots=True)
-class FeedbackConfig:
-    """``[feedback]``: joining late labels to finished traces."""
+class FeedbackConfig(_Section):
+    """``[feedback]``: joining late labels to finished traces (``POST /v1/feedback``, not built
+    yet: a file that has the section is refused rather than silently ignored)."""
 
-    retention: str = "1h"
-    max_traces: int = 100_000
+    retention: float = _duration("1h")
+    max_traces: int = _count(100_000)
+
+    def problems(self) -> list[tuple[str, str]]:
+        """Always ``FEEDBACK_NOT_AVAILABLE``: the section would do nothing yet."""
+        return [("", FEEDBACK_NOT_AVAILABLE)]
 
 
 @dataclass(frozen=True, slots=True)
-class Price:
+class Price(_Section):
     """``[pricing."model"]``: USD per million tokens."""
 
-    input: float = 0.0
-    output: float = 0.0
+    input: float = _setting(0.0, _not_negative)
+    output: float = _setting(0.0, _not_negative)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +469,7 @@ class Config:
     pricing: Mapping[str, Price] = field(default_factory=dict)
 
 
-_SECTIONS: dict[str, type[Any]] = {
+_SECTIONS: dict[str, type[_Section]] = {
     "receiver": ReceiverConfig,
     "metrics": MetricsConfig,
     "traces": TracesConfig,
@@ -229,136 +477,42 @@ _SECTIONS: dict[str, type[Any]] = {
     "judge": JudgeConfig,
     "feedback": FeedbackConfig,
 }
-_DURATIONS = {
-    "traces.grace", "traces.max_wait", "judge.timeout", "probe.interval", "probe.timeout",
-    "feedback.retention", "receiver.header_timeout", "receiver.body_timeout", "receiver.idle_timeout",
-}
-_DURATIONS_OR_ZERO = {"metrics.linger"}
-_EVALUATORS = ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness")
-_LISTENS = {"receiver.http", "receiver.grpc", "metrics.listen"}
-_POSITIVE_INTS = {
-    "receiver.max_body_bytes", "receiver.max_queued_spans", "receiver.max_queued_bytes",
-    "receiver.max_attribute_chars", "traces.max_bytes", "metrics.max_label_values", "traces.max_pending", "traces.max_spans",
-    "judge.concurrency", "probe.concurrency", "feedback.max_traces", "judge.max_queue", "judge.cache_size",
-    "receiver.max_connections", "receiver.max_inflight_bytes", "metrics.max_label_chars", "metrics.max_series",
-    "metrics.max_connections",
-}
-
-_INT64_MAX = 2**63 - 1
-_MAX_INT = {"receiver.max_body_bytes": 2**31 - 1}
-"""Upper bounds below int64 (gRPC's message size limit is a C int)."""
 
 
-def _unknown(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=1)
-    return f"{key}: unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+def _probes(table: Any, problems: list[str]) -> tuple[ProbeConfig, ...] | None:
+    """``[[probe]]`` tables; each probe's own problems are named ``probe[i].key``."""
+    if not isinstance(table, list):
+        problems.append("probe: use [[probe]] (an array of tables)")
+        return None
+    return tuple(ProbeConfig.from_mapping("probe", item, problems, f"probe[{i}]") for i, item in enumerate(table))
 
 
-def _check_value(key: str, value: Any, default: Any, problems: list[str]) -> Any:
-    """Check one value against its default's type and the key's rules; return it normalized."""
-    expected = type(default)
-    if key == "probe.body":
-        if not isinstance(value, (dict, list, str)):
-            problems.append(f"{key}: expected a table, an array or a string, got {type(value).__name__}")
-            return default
-        return value
-    if key == "probe.headers" and not (
-        isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-    ):
-        problems.append(f"{key}: expected a table of strings")
-        return default
-    if isinstance(default, tuple):
-        if not isinstance(value, list):
-            problems.append(f"{key}: expected a list, got {type(value).__name__}")
-            return default
-        item_type = type(default[0]) if default else str
-        if not all(isinstance(v, item_type) and not isinstance(v, bool) for v in value):
-            problems.append(f"{key}: expected a list of {item_type.__name__}")
-            return default
-        value = tuple(value)
-    elif default is None or isinstance(default, bool):
-        if not isinstance(value, bool):
-            problems.append(f"{key}: expected true or false, got {value!r}")
-            return default
-    elif isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            problems.append(f"{key}: expected a number, got {value!r}")
-            return default
-        value = float(value)
-    elif isinstance(default, Mapping):
-        if not isinstance(value, dict):
-            problems.append(f"{key}: expected a table, got {type(value).__name__}")
-            return default
-    elif not isinstance(value, expected) or isinstance(value, bool) != isinstance(default, bool):
-        problems.append(f"{key}: expected {expected.__name__}, got {type(value).__name__} {value!r}")
-        return default
-    try:
-        if key in _DURATIONS:
-            if parse_duration(value) <= 0:
-                raise ValueError(f"must be longer than 0, got {value!r}")
-        elif key in _DURATIONS_OR_ZERO:
-            parse_duration(value)
-        elif key in _LISTENS:
-            parse_listen(value)
-        elif key in _POSITIVE_INTS and value < 1:
-            raise ValueError(f"must be at least 1, got {value}")
-        elif key in _POSITIVE_INTS and value > _MAX_INT.get(key, _INT64_MAX):
-            raise ValueError(f"must be at most {_MAX_INT.get(key, _INT64_MAX)}, got {value}")
-        elif key == "scoring.k" and (not value or min(value) < 1):
-            raise ValueError("must list cut-offs >= 1")
-        elif key == "scoring.windows":
-            if not value:
-                raise ValueError("must list at least one window")
-            seconds = [parse_duration(w) for w in value]
-            if min(seconds) <= 0:
-                raise ValueError(f"each window must be longer than 0, got {list(value)}")
-            if len(set(seconds)) != len(seconds):
-                raise ValueError(f"lists the same duration twice: {list(value)}")
-        elif key == "scoring.document_id":
-            if not value:
-                raise ValueError("must list at least one place")
-            for place in value:
-                check_document_id_place(place)
-        elif key == "scoring.variant_attribute" and not value:
-            raise ValueError("must name an attribute")
-        elif key == "judge.max_retries" and value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-        elif key == "judge.evaluators":
-            unknown = sorted(set(value) - set(_EVALUATORS))
-            if unknown:
-                raise ValueError(f"unknown evaluator(s) {unknown}; known: {list(_EVALUATORS)}")
-        elif key == "judge.redact":
-            for pattern in value:
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
-        elif key == "judge.export_endpoint" and value and not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
-        elif key == "judge.sample_rate" and not 0.0 <= value <= 1.0:
-            raise ValueError(f"must be between 0 and 1, got {value}")
-        elif (key in ("judge.max_per_minute", "judge.max_usd_per_hour") or key.startswith("pricing.")) and value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-    except ValueError as exc:
-        problems.append(f"{key}: {exc}")
-        return default
-    return value
-
-
-def _section(name: str, cls: type[Any], table: Any, problems: list[str]) -> Any:
+def _pricing(table: Any, problems: list[str]) -> dict[str, Price] | None:
+    """``[pricing."model"]`` tables; model names are compared without case."""
     if not isinstance(table, dict):
-        problems.append(f"{name}: expected a table, got {type(table).__name__}")
-        return cls()
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    values: dict[str, Any] = {}
-    defaults = cls()
-    for key, value in table.items():
-        dotted = f"{name}.{key}"
-        if key not in fields:
-            problems.append(_unknown(dotted, list(fields)))
-            continue
-        values[key] = _check_value(dotted, value, getattr(defaults, key), problems)
-    return cls(**values)
+        problems.append("pricing: expected a table of models")
+        return None
+    prices = {model: Price.from_mapping(f'pricing."{model}"', price, problems) for model, price in table.items()}
+    seen: dict[str, str] = {}
+    for model in table:
+        if model.strip().lower() in seen:
+            problems.append(f'pricing."{model}": same model as pricing."{seen[model.strip().lower()]}" (names ignore case)')
+        seen.setdefault(model.strip().lower(), model)
+    return prices
+
+
+def _across_probes(probes: tuple[ProbeConfig, ...], scoring: ScoringConfig) -> list[str]:
+    """What no single ``[[probe]]`` can tell: unique names, a dataset or a golden set."""
+    found: list[str] = []
+    names: dict[str, int] = {}
+    for i, probe in enumerate(probes):
+        if not probe.dataset and not scoring.golden:
+            found.append(f"probe[{i}].dataset: required when [scoring] golden is not set")
+        name = probe_name(probe)
+        if name in names:
+            found.append(f"probe[{i}].name: {name!r} is also probe[{names[name]}]'s name")
+        names.setdefault(name, i)
+    return found
 
 
 def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Config:
@@ -367,29 +521,15 @@ def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Conf
     sections: dict[str, Any] = {}
     for name, table in data.items():
         if name in _SECTIONS:
-            sections[name] = _section(name, _SECTIONS[name], table, problems)
-        elif name == "probe":
-            if not isinstance(table, list):
-                problems.append("probe: use [[probe]] (an array of tables)")
-                continue
-            sections["probe"] = tuple(_section("probe", ProbeConfig, item, problems) for item in table)
-        elif name == "pricing":
-            if not isinstance(table, dict):
-                problems.append("pricing: expected a table of models")
-                continue
-            sections["pricing"] = {
-                model: _section(f'pricing."{model}"', Price, price, problems)
-                for model, price in table.items()
-            }
-            seen: dict[str, str] = {}
-            for model in table:
-                if model.strip().lower() in seen:
-                    problems.append(f'pricing."{model}": same model as pricing."{seen[model.strip().lower()]}" (names ignore case)')
-                seen.setdefault(model.strip().lower(), model)
+            sections[name] = _SECTIONS[name].from_mapping(name, table, problems)
+        elif name in ("probe", "pricing"):
+            part = (_probes if name == "probe" else _pricing)(table, problems)
+            if part is not None:
+                sections[name] = part
         else:
             problems.append(_unknown(name, [*_SECTIONS, "probe", "pricing"]))
     if "probe" in sections:
-        _check_probes(sections["probe"], sections.get("scoring", ScoringConfig()), problems)
+        problems.extend(_across_probes(sections["probe"], sections.get("scoring", ScoringConfig())))
     if problems:
         raise ConfigError(source, problems)
     return Config(**sections)
@@ -398,33 +538,6 @@ def config_from_mapping(data: Mapping[str, Any], source: str = "config") -> Conf
 def probe_name(config: ProbeConfig) -> str:
     """The ``probe`` label: the configured name, else the URL."""
     return config.name or config.url
-
-
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-
-
-def _check_probes(probes: tuple[ProbeConfig, ...], scoring: ScoringConfig, problems: list[str]) -> None:
-    """What one ``[[probe]]`` table cannot tell: URL, method, paths, unique names, a dataset."""
-    names: dict[str, int] = {}
-    for i, probe in enumerate(probes):
-        if not probe.url:
-            problems.append(f"probe[{i}].url: required")
-        elif not probe.url.startswith(("http://", "https://")):
-            problems.append(f"probe[{i}].url: must be an http:// or https:// URL, got {probe.url!r}")
-        if probe.method.upper() not in _METHODS:
-            problems.append(f"probe[{i}].method: expected one of {sorted(_METHODS)}, got {probe.method!r}")
-        for key in ("response_ids", "response_answer"):
-            if getattr(probe, key):
-                try:
-                    parse_path(getattr(probe, key))
-                except ValueError as exc:
-                    problems.append(f"probe[{i}].{key}: {exc}")
-        if not probe.dataset and not scoring.golden:
-            problems.append(f"probe[{i}].dataset: required when [scoring] golden is not set")
-        name = probe_name(probe)
-        if name in names:
-            problems.append(f"probe[{i}].name: {name!r} is also probe[{names[name]}]'s name")
-        names.setdefault(name, i)
 
 
 TOKEN_ENVIRONMENT: Mapping[str, tuple[str, str]] = {

@@ -341,7 +341,7 @@ def test_stats_counters_and_samples() -> None:
 
 
 def test_from_config_defaults() -> None:
-    a = TraceAssembler.from_config(TracesConfig(grace="500ms", max_wait="3s"))
+    a = TraceAssembler.from_config(TracesConfig(grace=0.5, max_wait=3.0))
     a.add([span(1, 1)], now=0.0)
     assert a.expire(0.49) == []
     assert len(a.expire(0.5)) == 1

@@ -7,13 +7,16 @@ from pathlib import Path
 import pytest
 from cli_helpers import ragmon
 
+from ragmon.cli import main
 from ragmon.config import (
+    FEEDBACK_NOT_AVAILABLE,
     Config,
     Price,
     config_from_mapping,
     load_config,
     parse_duration,
     parse_listen,
+    toml_defaults,
 )
 from ragmon.errors import ConfigError
 
@@ -56,10 +59,6 @@ headers = { Authorization = "Bearer x" }
 body = { question = "{query}" }
 interval = "60s"
 
-[feedback]
-retention = "1h"
-max_traces = 1000
-
 [pricing."my-model"]
 input = 0.15
 output = 0.60
@@ -70,8 +69,8 @@ def test_defaults_match_the_spec() -> None:
     config = Config()
     assert config.receiver.http == "127.0.0.1:4318" and config.receiver.grpc == "127.0.0.1:4317"
     assert config.metrics.listen == "0.0.0.0:9464"
-    assert config.scoring.k == (1, 3, 5, 10) and config.scoring.windows == ("5m", "1h")
-    assert config.traces.grace == "2s" and config.traces.max_wait == "60s"
+    assert config.scoring.k == (1, 3, 5, 10) and config.scoring.windows == (300.0, 3600.0)
+    assert config.traces.grace == 2.0 and config.traces.max_wait == 60.0
     assert config.traces.max_pending == 50_000 and config.receiver.max_body_bytes == 16_777_216
 
 
@@ -90,7 +89,7 @@ def test_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     path = tmp_path / "c.toml"
     path.write_text("[traces]\ngrace = '5s'\n")
     monkeypatch.setenv("RAGMON_CONFIG", str(path))
-    assert load_config().traces.grace == "5s"
+    assert load_config().traces.grace == 5.0
     monkeypatch.delenv("RAGMON_CONFIG")
     assert load_config() == Config()
 
@@ -194,7 +193,7 @@ def test_memory_bounds_are_configurable() -> None:
 
 
 def test_a_linger_of_zero_is_valid() -> None:
-    assert config_from_mapping({"metrics": {"linger": "0s"}}).metrics.linger == "0s"
+    assert config_from_mapping({"metrics": {"linger": "0s"}}).metrics.linger == 0.0
 
 
 @pytest.mark.parametrize(
@@ -218,3 +217,50 @@ def test_tokens_come_from_the_environment_over_the_file(tmp_path: Path) -> None:
     assert config.receiver.token == "from-env" and config.metrics.token == "scrape"
     assert load_config(str(path), environ={"RAGMON_RECEIVER_TOKEN": ""}).receiver.token == "from-file"
     assert load_config(None, environ={"RAGMON_METRICS_TOKEN": "m"}).metrics.token == "m"
+
+
+def test_durations_are_read_once_into_seconds() -> None:
+    config = config_from_mapping({
+        "traces": {"grace": "500ms", "max_wait": "2m"}, "scoring": {"windows": ["1m", "1d"]},
+        "receiver": {"header_timeout": "1h"}, "metrics": {"linger": "0s"}, "judge": {"timeout": "3s"},
+        "probe": [{"url": "http://127.0.0.1:1/ask", "dataset": "g.jsonl", "interval": "1m", "timeout": "250ms"}],
+    })
+    assert (config.traces.grace, config.traces.max_wait) == (0.5, 120.0)
+    assert config.scoring.windows == (60.0, 86400.0) and config.receiver.header_timeout == 3600.0
+    assert config.metrics.linger == 0.0 and config.judge.timeout == 3.0
+    assert (config.probe[0].interval, config.probe[0].timeout) == (60.0, 0.25)
+    with pytest.raises(ConfigError) as info:  # a duration is text in the file, as before
+        config_from_mapping({"traces": {"grace": 2}})
+    assert info.value.problems == ["traces.grace: expected str, got int 2"]
+
+
+def test_the_defaults_as_written_in_toml() -> None:
+    receiver, scoring = toml_defaults(type(Config().receiver)), toml_defaults(type(Config().scoring))
+    assert receiver["header_timeout"] == "10s" and receiver["max_connections"] == 1024
+    assert scoring["windows"] == ("5m", "1h") and scoring["k"] == (1, 3, 5, 10)
+    assert toml_defaults(type(Config().metrics))["linger"] == "10s"
+    for section in ("receiver", "metrics", "traces", "scoring", "judge"):
+        written = {key: list(value) if isinstance(value, tuple) else value
+                   for key, value in toml_defaults(type(getattr(Config(), section))).items() if value is not None}
+        assert config_from_mapping({section: written}) == Config()
+
+
+def test_a_feedback_section_is_refused_until_feedback_is_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``POST /v1/feedback`` does not exist yet: a ``[feedback]`` section would do nothing, so it is
+    a problem (with the problems of its keys), not a silent "ok"."""
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping({"feedback": {"retention": "1h"}})
+    assert info.value.problems == [f"feedback: {FEEDBACK_NOT_AVAILABLE}"]
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping({"feedback": {"retention": "0s", "max_trace": 1}})
+    assert info.value.problems == [
+        "feedback.retention: must be longer than 0, got '0s'",
+        "feedback.max_trace: unknown key (did you mean 'max_traces'?)",
+        f"feedback: {FEEDBACK_NOT_AVAILABLE}",
+    ]
+    path = tmp_path / "ragmon.toml"
+    path.write_text('[feedback]\nretention = "1h"\nmax_traces = 1000\n')
+    assert main(["check-config", str(path)]) == 2
+    assert capsys.readouterr().err == f"{path}: feedback: {FEEDBACK_NOT_AVAILABLE}\n"
+    assert main(["run", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == f"ragmon run: error: {path}: feedback: {FEEDBACK_NOT_AVAILABLE}\n"

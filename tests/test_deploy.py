@@ -98,7 +98,7 @@ def test_grace_periods_cover_ragmons_shutdown_and_the_linger_outlasts_a_scrape_i
         containers = [*spec.get("initContainers", []), *spec["containers"]]
         ragmon = next(c for c in containers if c["name"] == "ragmon")
         (config_map,) = [v["configMap"]["name"] for v in spec["volumes"] if "configMap" in v]
-        linger = parse_duration(configs[config_map].metrics.linger)
+        linger = configs[config_map].metrics.linger
         assert linger > max(intervals), path
         sidecar = ragmon in spec.get("initContainers", [])
         need = shutdown_bound(linger) + (APP_SHUTDOWN_ALLOWANCE if sidecar else 0)

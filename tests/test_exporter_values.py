@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from server_helpers import scrape
-from test_metrics_bounds import Samples, parse, total
+from test_metrics_bounds import Samples, parse
 
 from ragmon.pipeline.assembly import AssemblyStats
 from ragmon.export.exporter import RagMetrics, self_metrics

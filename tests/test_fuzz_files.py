@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from ragmon.app import Sidecar
 from ragmon.cli import file_problems, main
-from ragmon.config import Config, config_from_mapping, load_config
+from ragmon.config import Config, config_from_mapping, load_config, toml_defaults
 from ragmon.errors import ConfigError, InputError
 from ragmon.groundtruth.relevance import read_golden_queries, read_qrels
 
@@ -83,8 +83,9 @@ def _typed(default: Any) -> st.SearchStrategy[Any]:
 
 
 _DEFAULTS = {
-    section: getattr(Config(), section) for section in SECTIONS
+    section: toml_defaults(type(getattr(Config(), section))) for section in SECTIONS
 }
+"""Each key's default as written in TOML (durations as text): the type its values are drawn from."""
 
 
 @st.composite
@@ -107,7 +108,7 @@ def _configs(draw: st.DrawFn) -> dict[str, Any]:
         else:
             defaults = _DEFAULTS[section]
             keys = draw(st.lists(st.sampled_from(SECTIONS[section]), max_size=4, unique=True))
-            table = {key: draw(_typed(getattr(defaults, key))) for key in keys}
+            table = {key: draw(_typed(defaults[key])) for key in keys}
             if draw(st.integers(0, 9)) == 9:
                 table["typo"] = 1
             data[section] = table

@@ -376,7 +376,7 @@ def test_no_log_record_carries_content_replies_or_the_key(caplog: pytest.LogCapt
             await asyncio.sleep(0.01)
         await h.judge.stop(0.05)  # cancels it
 
-    h = run(scenario, cfg=config(concurrency=1, max_retries=1, timeout="300ms", evaluators=("faithfulness",
+    h = run(scenario, cfg=config(concurrency=1, max_retries=1, timeout=0.3, evaluators=("faithfulness",
             "answer_relevance", "context_relevance", "answer_correctness")), server=server,
             pricer=_BuggyPricer(package_table=False), breaker=CircuitBreaker(failure_threshold=10_000, min_calls=10_000),
             on_result=explode, key=KEY)

@@ -46,7 +46,7 @@ def record(n: int = 1, **kw: Any) -> RagRecord:
 def config(**kw: Any) -> JudgeConfig:
     base: dict[str, Any] = dict(
         model=MODEL, sample_rate=1.0, max_per_minute=10_000, max_usd_per_hour=1e9, concurrency=2,
-        timeout="2s", max_retries=0,
+        timeout=2.0, max_retries=0,
     )
     base.update(kw)
     return JudgeConfig(**base)
@@ -193,14 +193,14 @@ def test_dropped_connection_is_retried() -> None:
 def test_slow_answer_times_out_then_a_retry_succeeds() -> None:
     server = JudgeServer()
     server.script(delay(0.3), delay(0.3))
-    h = run(lambda h: judged(h, record(1), record(2)), cfg=config(timeout="50ms", max_retries=0, concurrency=1),
+    h = run(lambda h: judged(h, record(1), record(2)), cfg=config(timeout=0.05, max_retries=0, concurrency=1),
             server=server)
     assert [j.outcome for _, j in h.results] == ["timeout", "timeout"]
     assert all(j.scores is None for _, j in h.results) and h.count("timeout") == 2
 
     server = JudgeServer()
     server.script(delay(0.3))
-    h = run(lambda h: judged(h, record()), cfg=config(timeout="50ms", max_retries=1), server=server)
+    h = run(lambda h: judged(h, record()), cfg=config(timeout=0.05, max_retries=1), server=server)
     assert [j.outcome for _, j in h.results] == ["ok"] and len(server.requests) == 2
 
 

@@ -18,7 +18,7 @@ from ragmon.config import Price
 from ragmon.judge.breaker import BreakerState, CircuitBreaker
 from ragmon.judge.client import Completion
 from ragmon.judge.prompts import JudgeRequest
-from ragmon.judge.runner import OUTCOMES, Judge, Judgement
+from ragmon.judge.runner import Judge, Judgement
 from ragmon.model import RagRecord, RetrievedDocument
 from ragmon.scoring.pricing import Pricer, PriceResult
 

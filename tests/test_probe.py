@@ -200,13 +200,13 @@ def test_probes_are_joined_scored_judged_and_counted(tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{app.port}"
         probes = (
             ProbeConfig(name="ask", url=f"{base}/ask", headers={"Authorization": "Bearer t0k", "traceparent": "ignored"},
-                        interval="1h", concurrency=2),
-            ProbeConfig(name="bare", url=f"{base}/bare", interval="1h", concurrency=4,
+                        interval=3600.0, concurrency=2),
+            ProbeConfig(name="bare", url=f"{base}/bare", interval=3600.0, concurrency=4,
                         response_ids="documents[*].id", response_answer="answer"),
-            ProbeConfig(name="plain", url=f"{base}/plain", interval="1h", dataset=one),
-            ProbeConfig(name="fail", url=f"{base}/fail", interval="1h", dataset=one),
-            ProbeConfig(name="slow", url=f"{base}/slow", interval="1h", timeout="300ms", dataset=one),
-            ProbeConfig(name="down", url=f"http://127.0.0.1:{closed}/ask", interval="1h", dataset=one),
+            ProbeConfig(name="plain", url=f"{base}/plain", interval=3600.0, dataset=one),
+            ProbeConfig(name="fail", url=f"{base}/fail", interval=3600.0, dataset=one),
+            ProbeConfig(name="slow", url=f"{base}/slow", interval=3600.0, timeout=0.3, dataset=one),
+            ProbeConfig(name="down", url=f"http://127.0.0.1:{closed}/ask", interval=3600.0, dataset=one),
         )
         with sidecar(http, probes, golden, sample_rate=0.0) as (car, clock, _):
             wait_for(lambda: outcomes(car) == 4 + 4 + 1 + 1 + 1 + 1)
@@ -283,8 +283,8 @@ def test_probe_metrics_start_at_zero_and_the_interval_paces_passes(tmp_path: Pat
     http = free_port()
     with running_app(f"http://127.0.0.1:{http}/v1/traces") as app:
         probes = (
-            ProbeConfig(name="ask", url=f"http://127.0.0.1:{app.port}/ask", interval="60s"),
-            ProbeConfig(name="get", url=f"http://127.0.0.1:{app.port}/ask?q={{query}}", method="GET", interval="60s"),
+            ProbeConfig(name="ask", url=f"http://127.0.0.1:{app.port}/ask", interval=60.0),
+            ProbeConfig(name="get", url=f"http://127.0.0.1:{app.port}/ask?q={{query}}", method="GET", interval=60.0),
         )
         with sidecar(http, probes, golden) as (car, clock, _):
             ask, get = car.probes.probers
@@ -311,7 +311,7 @@ def test_probes_are_always_judged_by_the_llm_judge(tmp_path: Path) -> None:
     golden = write_golden(tmp_path / "golden.jsonl", QUERIES[:2])
     http = free_port()
     with judge_server_thread(responder=verdict_for) as server, running_app(f"http://127.0.0.1:{http}/v1/traces") as app:
-        probes = (ProbeConfig(name="ask", url=f"http://127.0.0.1:{app.port}/ask", interval="1h"),)
+        probes = (ProbeConfig(name="ask", url=f"http://127.0.0.1:{app.port}/ask", interval=3600.0),)
         judge = {"base_url": server.base_url, "model": "judge-model", "sample_rate": 0.0, "max_per_minute": 0}
         with sidecar(http, probes, golden, **judge) as (car, clock, _):
             wait_for(lambda: car.assembler.stats().spans_held == 6)
@@ -347,7 +347,7 @@ def test_stop_does_not_wait_for_requests_in_flight(tmp_path: Path) -> None:
     golden = write_golden(tmp_path / "golden.jsonl", QUERIES[:1])
     http = free_port()
     with running_app(f"http://127.0.0.1:{http}/v1/traces") as app:
-        probes = (ProbeConfig(name="slow", url=f"http://127.0.0.1:{app.port}/slow", interval="1h", timeout="30s"),)
+        probes = (ProbeConfig(name="slow", url=f"http://127.0.0.1:{app.port}/slow", interval=3600.0, timeout=30.0),)
         with sidecar(http, probes, golden) as (car, clock, loop):
             wait_for(lambda: len(app.bodies.get("/slow", [])) == 1)
             started = time.monotonic()

@@ -135,7 +135,7 @@ def test_llm_judge_scores_reach_metrics_exactly() -> None:
 def test_ingest_is_not_slowed_while_the_judge_hangs() -> None:
     with judge_server_thread() as server:
         server.script(*[delay(3.0)] * 10)
-        judge = JudgeConfig(base_url=server.base_url, sample_rate=1.0, concurrency=1, max_queue=2, timeout="30s")
+        judge = JudgeConfig(base_url=server.base_url, sample_rate=1.0, concurrency=1, max_queue=2, timeout=30.0)
         with running(judge) as (car, clock, _):
             send_traces([exporter(car)], 2)
             finish(car, clock, 2)

@@ -152,7 +152,7 @@ def running(**judge: object) -> Iterator[Running]:
     """A sidecar whose judge calls a scripted server; defaults: every trace sampled, one call
     at a time, no retries, no budget."""
     settings: dict[str, object] = dict(
-        model="judge-model", sample_rate=1.0, concurrency=1, max_retries=0, timeout="30s",
+        model="judge-model", sample_rate=1.0, concurrency=1, max_retries=0, timeout=30.0,
         max_per_minute=100_000, max_usd_per_hour=1e9,
     )
     settings.update(judge)
@@ -202,7 +202,7 @@ def test_judge_answering_500_opens_the_breaker_and_a_trial_closes_it() -> None:
 
 
 def test_judge_that_hangs_times_out_opens_the_breaker_doubles_the_cooldown_and_recovers() -> None:
-    with running(timeout="200ms") as r:
+    with running(timeout=0.2) as r:
         r.server.script(*[hang()] * 6)
         r.send(6)  # five time-outs open the breaker at 1003 (until 1008); the sixth is refused
         r.wait_counts(timeout=5, error=1)
@@ -225,7 +225,7 @@ def test_judge_that_hangs_times_out_opens_the_breaker_doubles_the_cooldown_and_r
 
 
 def test_stop_is_bounded_while_the_judge_hangs_and_ingest_never_waits() -> None:
-    with running(timeout="30s") as r:
+    with running(timeout=30.0) as r:
         r.server.script(*[hang()] * 10)
         r.send(3)
         judge = r.car.judge.judge
@@ -278,7 +278,7 @@ def test_garbage_replies_are_counted_exactly_and_never_scored() -> None:
 
 
 def test_slow_judge_scores_in_time_or_times_out_without_a_score() -> None:
-    with running(timeout="1s", concurrency=2) as r:
+    with running(timeout=1.0, concurrency=2) as r:
         r.server.script(*[delay(0.6)] * 4, delay(3.0), delay(3.0))
         r.send(2)
         judge = r.car.judge.judge

@@ -407,7 +407,7 @@ def test_observe_many_equals_observe() -> None:
 )
 def test_bad_configuration_raises(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        WindowStore(**kwargs)  # type: ignore[arg-type]
+        WindowStore(**{"windows": (10.0,), **kwargs})  # type: ignore[arg-type]
 
 
 def test_observations_a_caller_folded_are_counted_as_folded() -> None:

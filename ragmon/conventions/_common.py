@@ -14,13 +14,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from ragmon.config import check_document_id_place
+from ragmon.config import ScoringConfig, check_document_id_place
 from ragmon.model import AttrValue, RetrievedDocument
-
-if TYPE_CHECKING:
-    from ragmon.config import ScoringConfig
 
 __all__ = ["ConventionOptions", "Usage"]
 
@@ -45,6 +42,10 @@ _QUERY_KEYS = (
 _ANSWER_KEYS = ("output", "answer", "result", "response", "output_text", "text", "content")
 
 
+_SCORING = ScoringConfig()
+"""Where ``ConventionOptions``' defaults come from."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConventionOptions:
     """How traces are read.
@@ -66,8 +67,8 @@ class ConventionOptions:
     from a content hash are computed either way.
     """
 
-    document_id: tuple[str, ...] = ("document.id",)
-    variant_attribute: str = "ragmon.variant"
+    document_id: tuple[str, ...] = _SCORING.document_id
+    variant_attribute: str = _SCORING.variant_attribute
     keep_content: bool = True
 
     def __post_init__(self) -> None:

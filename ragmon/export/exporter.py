@@ -37,6 +37,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from ragmon import __version__
+from ragmon.config import MetricsConfig
 from ragmon.export import catalogue as cat
 from ragmon.export.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family, by_sample
 from ragmon.export.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
@@ -308,7 +309,7 @@ class RagMetrics:
         windows: Sequence[float],
         max_label_values: int,
         clock: Callable[[], float],
-        max_series: int = 1000,
+        max_series: int = MetricsConfig().max_series,
         max_label_chars: int = DEFAULT_MAX_CHARS,
         wall: Callable[[], float] = time.time,
     ) -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ragmon.config import MetricsConfig
+
 __all__ = ["DEFAULT_MAX_CHARS", "OTHER", "LabelLimiter"]
 
 OTHER = "other"
-DEFAULT_MAX_CHARS = 128
+DEFAULT_MAX_CHARS = MetricsConfig().max_label_chars
 """``metrics.max_label_chars``'s default."""
 
 

@@ -22,7 +22,6 @@ import contextlib
 import json
 import logging
 import random
-import re
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,7 +32,7 @@ from urllib.parse import quote
 import aiohttp
 from prometheus_client.metrics_core import Metric
 
-from ragmon.config import Config, ProbeConfig, parse_duration, probe_name
+from ragmon.config import Config, ProbeConfig, probe_name
 from ragmon.export import catalogue as cat
 from ragmon.export.series import HistogramFamily
 from ragmon.groundtruth.jsonpath import parse_path, select
@@ -178,8 +177,8 @@ class Prober:
         self._config = config
         self._method = config.method.upper()
         self.interval = config.interval
-        self._interval = parse_duration(config.interval)
-        self._timeout = aiohttp.ClientTimeout(total=parse_duration(config.timeout))
+        self._interval = config.interval
+        self._timeout = aiohttp.ClientTimeout(total=config.timeout)
         self._ids = parse_path(config.response_ids) if config.response_ids else None
         self._answer = parse_path(config.response_answer) if config.response_answer else None
         self._headers = {k: v for k, v in config.headers.items() if k.lower() not in _OWN_HEADERS}
@@ -300,8 +299,8 @@ class Probes:
         """From ``[[probe]]`` (datasets read now; ``InputError`` if unreadable). ``retention``
         defaults to the longest probe timeout + ``EXPORT_SLACK`` + ``traces.max_wait`` + ``traces.grace``."""
         if retention is None:
-            timeout = max((parse_duration(p.timeout) for p in config.probe), default=0.0)
-            retention = timeout + EXPORT_SLACK + parse_duration(config.traces.max_wait) + parse_duration(config.traces.grace)
+            timeout = max((p.timeout for p in config.probe), default=0.0)
+            retention = timeout + EXPORT_SLACK + config.traces.max_wait + config.traces.grace
         datasets: dict[str, list[GoldenQuery]] = {}
         for probe in config.probe:
             path = probe.dataset or config.scoring.golden

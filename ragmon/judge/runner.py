@@ -49,7 +49,7 @@ from enum import StrEnum
 from types import MappingProxyType, TracebackType
 from typing import Final, Literal, Protocol, Self, TypeAlias, cast
 
-from ragmon.config import JudgeConfig, parse_duration
+from ragmon.config import JudgeConfig
 from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
 from ragmon.errors import JudgeCallError, JudgeRetryableError, JudgeTimeoutError
 from ragmon.judge.client import Completion
@@ -197,7 +197,7 @@ class Judge:
         self._clock = clock
         self._on_result = on_result
         self._rng = rng or random.Random()
-        self._timeout = parse_duration(config.timeout)
+        self._timeout = config.timeout
         self._admission = JudgeAdmission.from_config(config)
         self._breaker = breaker or CircuitBreaker()
         self._backoff = (backoff_base, backoff_cap)

@@ -24,7 +24,7 @@ from typing import Final, Self
 
 from prometheus_client.metrics_core import Metric
 
-from ragmon.config import JudgeConfig, parse_duration
+from ragmon.config import JudgeConfig
 from ragmon.export import catalogue as cat
 from ragmon.export.exporter import GENERATION_SCORES, RagMetrics
 from ragmon.judge.breaker import BreakerState
@@ -74,7 +74,7 @@ class JudgeStage:
         self._rng = rng or random.Random()
         endpoint = endpoint_from_config(config, environ)
         if client is None and endpoint is not None:
-            client = JudgeClient(endpoint, config.model, parse_duration(config.timeout))
+            client = JudgeClient(endpoint, config.model, config.timeout)
         self.judge: Judge | None = (
             Judge(config, client, pricer, clock, self._on_judgement, self._rng) if client is not None else None
         )

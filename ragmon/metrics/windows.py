@@ -47,7 +47,6 @@ from ragmon.metrics.sketch import DEFAULT_RELATIVE_ACCURACY, QuantileSketch
 __all__ = [
     "DEFAULT_BUCKETS",
     "DEFAULT_QUANTILES",
-    "DEFAULT_WINDOWS",
     "Outcome",
     "RollingMean",
     "RollingQuantiles",
@@ -61,8 +60,6 @@ __all__ = [
 K = TypeVar("K", bound=Hashable)
 Values: TypeAlias = "Sequence[float] | npt.NDArray[np.float64]"
 
-DEFAULT_WINDOWS = (300.0, 3600.0)
-"""Seconds: the ``5m`` and ``1h`` windows of SPEC §8."""
 DEFAULT_BUCKETS = 60
 """Buckets per window (R): 5 s buckets for 5m, 60 s for 1h."""
 DEFAULT_QUANTILES = (0.5, 0.95, 0.99)
@@ -432,7 +429,7 @@ class WindowStore(Generic[K]):
 
     def __init__(
         self,
-        windows: Sequence[float] = DEFAULT_WINDOWS,
+        windows: Sequence[float],
         *,
         buckets: int = DEFAULT_BUCKETS,
         quantiles: Sequence[float] = (),

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, NamedTuple
 
-from ragmon.config import TracesConfig, parse_duration
+from ragmon.config import TracesConfig
 from ragmon.export import catalogue as cat
 from ragmon.model import Span, Trace
 
@@ -48,8 +48,6 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TRACE_SPANS = 10_000
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-"""Approximate bytes of spans held (``Span.size``); past it the oldest trace is finished early."""
 """Spans kept per trace (plus its first local root); the rest are dropped and counted."""
 DEFAULT_LATE_MEMORY = 100_000
 """Finished trace ids remembered to recognise late spans."""
@@ -202,7 +200,7 @@ class TraceAssembler:
         max_spans: int,
         late_memory: int = DEFAULT_LATE_MEMORY,
         max_trace_spans: int = DEFAULT_MAX_TRACE_SPANS,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_bytes: int = TracesConfig().max_bytes,
     ) -> None:
         self._grace = _check_seconds("grace", grace, positive=False)
         self._max_wait = _check_seconds("max_wait", max_wait, positive=True)
@@ -226,10 +224,10 @@ class TraceAssembler:
 
     @classmethod
     def from_config(cls, config: TracesConfig) -> TraceAssembler:
-        """An assembler for the ``[traces]`` section (durations parsed here)."""
+        """An assembler for the ``[traces]`` section."""
         return cls(
-            grace=parse_duration(config.grace),
-            max_wait=parse_duration(config.max_wait),
+            grace=config.grace,
+            max_wait=config.max_wait,
             max_pending=config.max_pending,
             max_spans=config.max_spans,
             max_bytes=config.max_bytes,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
 
+from ragmon.config import ReceiverConfig
 from ragmon.model import Offer, RagRecord, Span, Trace
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.scoring.records import RecordScores
@@ -72,7 +73,7 @@ class Pipeline:
         after: Callable[[RagRecord, RecordScores, float], None] | None = None,
         clock: Callable[[], float],
         max_queued_spans: int,
-        max_queued_bytes: int = 128 * 1024 * 1024,
+        max_queued_bytes: int = ReceiverConfig().max_queued_bytes,
         tick: float = 0.25,
         stop_timeout: float = 10.0,
     ) -> None:

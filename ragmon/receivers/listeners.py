@@ -28,7 +28,7 @@ from aiohttp import web
 from aiohttp.http import HttpProcessingError
 from prometheus_client.core import Metric
 
-from ragmon.config import ReceiverConfig, parse_duration
+from ragmon.config import ReceiverConfig
 from ragmon.export import catalogue as cat
 from ragmon.receivers.ratelog import RateLimitedLog, format_peer
 
@@ -59,24 +59,28 @@ _MALFORMED = {
 """Fixed descriptions of aiohttp's parse errors: their messages quote the client's bytes."""
 
 
+_RECEIVER = ReceiverConfig()
+"""Where ``ListenerLimits``' defaults come from."""
+
+
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
     """Per-listener limits (``[receiver]`` keys; the metrics server has its own cap)."""
 
-    max_connections: int = 1024
-    header_timeout: float = 10.0
-    body_timeout: float = 30.0
-    idle_timeout: float = 60.0
-    max_inflight_bytes: int = 64 * 1024 * 1024
+    max_connections: int = _RECEIVER.max_connections
+    header_timeout: float = _RECEIVER.header_timeout
+    body_timeout: float = _RECEIVER.body_timeout
+    idle_timeout: float = _RECEIVER.idle_timeout
+    max_inflight_bytes: int = _RECEIVER.max_inflight_bytes
 
     @classmethod
     def from_config(cls, receiver: ReceiverConfig, max_connections: int | None = None) -> ListenerLimits:
         """The receiver's limits; ``max_connections`` overrides its cap (the metrics server's)."""
         return cls(
             max_connections=receiver.max_connections if max_connections is None else max_connections,
-            header_timeout=parse_duration(receiver.header_timeout),
-            body_timeout=parse_duration(receiver.body_timeout),
-            idle_timeout=parse_duration(receiver.idle_timeout),
+            header_timeout=receiver.header_timeout,
+            body_timeout=receiver.body_timeout,
+            idle_timeout=receiver.idle_timeout,
             max_inflight_bytes=receiver.max_inflight_bytes,
         )
 
