@@ -1,5 +1,5 @@
-"""The values that flow between ragmon's stages: spans in, traces assembled, and what the
-pipeline answers when spans are offered to it.
+"""The values that flow between ragmon's stages: spans in, traces assembled, what the
+pipeline answers when spans are offered to it, and the lifecycle its queue workers share.
 
 Frozen, slotted and small: the decoder keeps only the attributes the conventions read
 (``AttributeFilter``), so a span costs what ragmon needs of it, not what the app sent.
@@ -7,10 +7,12 @@ Frozen, slotted and small: the decoder keeps only the attributes the conventions
 
 from __future__ import annotations
 
+import abc
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from types import TracebackType
+from typing import Literal, Self, TypeAlias
 
 __all__ = [
     "AttrValue",
@@ -27,6 +29,7 @@ __all__ = [
     "SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE",
     "SPAN_FLAGS_CONTEXT_IS_REMOTE",
     "Offer",
+    "Worker",
 ]
 
 AttrValue: TypeAlias = "str | bool | int | float | bytes | tuple[AttrValue, ...] | None"
@@ -53,6 +56,34 @@ class Offer(enum.Enum):
     """The queue is full (in spans or bytes)."""
     SHUTTING_DOWN = "shutting_down"
     """The pipeline no longer accepts spans."""
+
+
+class Worker(abc.ABC):
+    """A stage that runs in the background behind a bounded queue (the pipeline, the judge, the
+    onward sender): ``async with worker:`` starts it, and leaving the block stops it, letting
+    what it holds finish for at most ``stop_timeout`` seconds (what cannot is counted, never
+    silently lost). The sidecar enters them in an ``AsyncExitStack``.
+    """
+
+    stop_timeout: float
+    """Seconds ``stop`` gets when the ``async with`` block ends."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Start the background task(s)."""
+
+    @abc.abstractmethod
+    async def stop(self, timeout: float) -> None:
+        """Stop accepting, finish what is held within ``timeout`` seconds, then cut off."""
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
+    ) -> None:
+        await self.stop(self.stop_timeout)
 
 
 @dataclass(frozen=True, slots=True)

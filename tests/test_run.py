@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -69,9 +70,25 @@ def test_run_with_a_config_file_scores_traces_and_stops_cleanly(tmp_path: Path) 
     assert "Traceback" not in err and "stopping" in err
 
 
+DEFAULT_PORTS = {"metrics": 9464, "OTLP/HTTP": 4318, "OTLP/gRPC": 4317}
+"""SPEC's ports: the one test that must bind fixed ports, since they are what it checks."""
+
+
+def _busy(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return True
+    return False
+
+
 def test_run_with_no_config_uses_the_default_ports() -> None:
+    busy = sorted(port for port in DEFAULT_PORTS.values() if _busy(port))
+    if busy:
+        pytest.skip(f"default port(s) {busy} in use on this machine: the defaults cannot be checked here")
     with RagmonProcess() as ragmon:
-        assert ragmon.ports == {"metrics": 9464, "OTLP/HTTP": 4318, "OTLP/gRPC": 4317}, ragmon.stderr
+        assert ragmon.ports == DEFAULT_PORTS, ragmon.stderr
         ragmon.signal()
         assert ragmon.wait_for(lambda: "/metrics answers until" in ragmon.stderr, 15), ragmon.stderr
         ragmon.get("/metrics")  # the default linger ends at the first scrape after the drain
@@ -106,8 +123,6 @@ def test_run_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("receiver", ["http", "grpc"])
 def test_run_on_a_busy_port_exits_2_with_one_line(tmp_path: Path, receiver: str) -> None:
-    import socket
-
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

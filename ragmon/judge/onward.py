@@ -17,8 +17,6 @@ import urllib.parse
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 import aiohttp
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -29,6 +27,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from ragmon import __version__
 from ragmon.judge.breaker import backoff_delays
+from ragmon.model import Worker
 
 __all__ = ["EVENT", "EvaluationResult", "EvaluationSender", "SenderStats", "evaluation_request"]
 
@@ -98,7 +97,7 @@ class SenderStats:
     buffered: int
 
 
-class EvaluationSender:
+class EvaluationSender(Worker):
     """Buffers results and posts them in batches; ``offer`` never blocks.
 
     ``start`` runs the sending task, ``stop`` flushes and ends it; ``async with sender:`` does
@@ -165,16 +164,7 @@ class EvaluationSender:
             while self._buffer:
                 await self._send(session, self._take(), 0)
 
-    async def __aenter__(self) -> Self:
-        self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
-    ) -> None:
-        await self.stop(self.stop_timeout)
-
-    def start(self) -> None:
+    async def start(self) -> None:
         """Run ``run`` in a task."""
         self._task = asyncio.create_task(self.run(), name="ragmon-evaluation-sender")
 

@@ -46,8 +46,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from types import MappingProxyType, TracebackType
-from typing import Final, Literal, Protocol, Self, TypeAlias, cast
+from types import MappingProxyType
+from typing import Final, Literal, Protocol, TypeAlias, cast
 
 from ragmon.config import JudgeConfig
 from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
@@ -63,7 +63,7 @@ from ragmon.judge.prompts import (
 )
 from ragmon.judge.redact import Redactor
 from ragmon.judge.sampling import Decision, JudgeAdmission, sampled
-from ragmon.model import RagRecord
+from ragmon.model import RagRecord, Worker
 from ragmon.scoring.pricing import Pricer
 
 __all__ = [
@@ -165,7 +165,7 @@ def _cache_key(record: RagRecord, evaluators: tuple[Evaluator, ...]) -> str:
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class Judge:
+class Judge(Worker):
     """Runs the LLM judge; see the module docstring. ``start`` before use, ``stop`` at the end
     (or ``async with judge:``, which stops within ``stop_timeout``).
 
@@ -258,15 +258,6 @@ class Judge:
         return SubmitResult.QUEUED
 
     # -- lifecycle ---------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
-    ) -> None:
-        await self.stop(self.stop_timeout)
 
     async def start(self) -> None:
         """Start the ``concurrency`` workers (once; not after ``stop``)."""

@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Iterable, Mapping
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
 from prometheus_client.metrics_core import Metric
 
@@ -34,7 +33,7 @@ from ragmon.judge.onward import EvaluationResult, EvaluationSender
 from ragmon.judge.prompts import EVALUATORS
 from ragmon.judge.runner import OUTCOMES, CompletionClient, Judge, Judgement
 from ragmon.judge.sampling import sampled
-from ragmon.model import RagRecord
+from ragmon.model import RagRecord, Worker
 from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import final_ranking, score_judged_retrieval
 
@@ -54,7 +53,7 @@ APP_EVALUATION_NAMES: Final[Mapping[str, str]] = {
 """``gen_ai.evaluation.name`` values (case-insensitive) read as ragmon's generation scores."""
 
 
-class JudgeStage:
+class JudgeStage(Worker):
     """App evaluations, the LLM judge or the lexical estimate, and the onward sender."""
 
     def __init__(
@@ -89,21 +88,12 @@ class JudgeStage:
         """``llm`` with an endpoint, else ``lexical``."""
         return "llm" if self.judge is not None else "lexical"
 
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
-    ) -> None:
-        await self.stop(self.stop_timeout)
-
     async def start(self) -> None:
         """Start the judge's workers and the sender."""
         if self.judge is not None:
             await self.judge.start()
         if self.sender is not None:
-            self.sender.start()
+            await self.sender.start()
 
     async def stop(self, timeout: float) -> None:
         """Let in-flight judgements finish, then flush the sender, within ``timeout`` seconds in

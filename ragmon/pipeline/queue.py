@@ -18,11 +18,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol
 
 from ragmon.config import ReceiverConfig
-from ragmon.model import Offer, RagRecord, Span, Trace
+from ragmon.model import Offer, RagRecord, Span, Trace, Worker
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.scoring.records import RecordScores
 
@@ -57,7 +56,7 @@ class PipelineStats:
     dropped: dict[str, int]
 
 
-class Pipeline:
+class Pipeline(Worker):
     """Owns the queue and the worker; a ``SpanSink`` for the receivers.
 
     ``async with pipeline:`` runs the worker (``worker``) and, on exit, ``stop(stop_timeout)``.
@@ -127,14 +126,9 @@ class Pipeline:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def start(self) -> None:
+        """Run ``run`` in the ``worker`` task."""
         self.worker = asyncio.create_task(self.run(), name="ragmon-pipeline")
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None,
-    ) -> None:
-        await self.stop(self.stop_timeout)
 
     async def stop(self, timeout: float) -> None:
         """``shutdown``, then let the worker score every trace held for at most ``timeout``
