@@ -1,8 +1,11 @@
-"""End-to-end tests of ``ragmon eval`` (and ``compare``'s input errors) through the console script.
+"""End-to-end tests of ``ragmon eval`` (and ``compare``'s input errors) through the command line.
 
-Every test runs ``python -m ragmon`` in a subprocess on files written to ``tmp_path``: exact
-metric values on a hand-computed dataset, output formats, ``--k``, ``--fail-under``, ``--qrels``,
-every bad-input path (exit 2, exactly one stderr line, never a traceback) and the progress bar.
+Most tests call ``ragmon.cli.main`` in process (``cli_helpers.ragmon``, output captured as a pipe
+carries it) on files written to ``tmp_path``: exact metric values on a hand-computed dataset,
+output formats, ``--k``, ``--fail-under``, ``--qrels``, every bad-input path (exit 2, exactly one
+stderr line, never a traceback). A few run ``python -m ragmon`` in a real process: the entry
+point on a sample of cases (which must answer byte for byte as in process) and the progress bar
+on a terminal and its absence on a pipe.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_helpers import TIMEOUT, ragmon, run_json, write_jsonl
+from cli_helpers import TIMEOUT, ragmon, ragmon_process, run_json, write_jsonl
 
 
 
@@ -390,8 +393,8 @@ def test_empty_qrels_file_changes_nothing(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 # bad input: exit 2, exactly one stderr line naming the file and line, never a traceback
 #
-# There are many such cases and each needs its own process, so they are all started at once by
-# a module fixture (in a thread pool) and each parametrized test then checks one result.
+# The cases are run once, in process, by a module fixture; each parametrized test then checks one
+# result. test_real_process_answers_as_in_process runs a sample of them as real processes.
 
 BAD_RECORDS: dict[str, tuple[bytes, str]] = {
     "invalid_json": (b'{"query_id": "x", ', "invalid JSON"),
@@ -643,15 +646,13 @@ BAD_CASES: dict[str, Callable[[Path], BadCase]] = {
 
 @pytest.fixture(scope="module")
 def bad_results(tmp_path_factory: pytest.TempPathFactory) -> BadResults:
-    """Run every bad-input case concurrently; ``{case: (result, needles)}``."""
-    cases: dict[str, BadCase] = {}
+    """Run every bad-input case; ``{case: (result, needles)}``."""
+    cwd = tmp_path_factory.getbasetemp()
+    results: BadResults = {}
     for name, build in BAD_CASES.items():
-        d = tmp_path_factory.mktemp(name[:40])
-        cases[name] = build(d)
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        cwd = tmp_path_factory.getbasetemp()
-        futures = {name: pool.submit(ragmon, *args, cwd=cwd) for name, (args, _) in cases.items()}
-        return {name: (future.result(), cases[name][1]) for name, future in futures.items()}
+        args, needles = build(tmp_path_factory.mktemp(name[:40]))
+        results[name] = ragmon(*args, cwd=cwd), needles
+    return results
 
 
 @pytest.mark.parametrize("case", list(BAD_CASES))
@@ -684,6 +685,85 @@ def test_bad_input_names_the_right_file_only(tmp_path: Path) -> None:
     result = ragmon("eval", str(good), str(bad))
     assert_one_line_error(result, f"{bad}:1")
     assert "first_good" not in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# the real entry point: ``python -m ragmon`` answers as ``main()`` in process
+
+
+RealCase = tuple[list[str], int, list[str]]
+"""Arguments, the exit code, and for exit 2 the substrings of the one stderr line."""
+
+
+def _dataset(d: Path) -> list[str]:
+    return [str(write_jsonl(d / "part1.jsonl", FILE_1)), str(write_jsonl(d / "part2.jsonl", FILE_2))]
+
+
+def _two_runs(d: Path) -> list[str]:
+    """Run A is the dataset; run B ranks every list backwards and has a lone surrogate query id."""
+    a = write_jsonl(d / "a.jsonl", FILE_1 + FILE_2)
+    rows = [{**row, "retrieved_document_ids": row["retrieved_document_ids"][::-1]} for row in FILE_1 + FILE_2]
+    rows.append({"query_id": "\ud800x", "retrieved_document_ids": ["a"], "relevant_document_ids": ["a"]})
+    return [str(a), str(write_jsonl(d / "b.jsonl", rows))]  # json.dumps escapes it as \\ud800
+
+
+def _check_config_ok(d: Path) -> RealCase:
+    (d / "ok.toml").write_text('[scoring]\nk = [1, 5]\ngolden = "golden.jsonl"\n', encoding="utf-8")
+    (d / "golden.jsonl").write_text('{"query": "q", "relevant_document_ids": ["a"]}\n', encoding="utf-8")
+    return ["check-config", "ok.toml"], 0, []  # both files relative to the working directory
+
+
+def _check_config_bad(d: Path) -> RealCase:
+    (d / "bad.toml").write_text("[tracs]\n[scoring]\nk = [0]\n", encoding="utf-8")
+    return ["check-config", "bad.toml"], 2, []
+
+
+def _exit_2(case: str) -> Callable[[Path], RealCase]:
+    def build(d: Path) -> RealCase:
+        args, needles = BAD_CASES[case](d)
+        return args, 2, needles
+    return build
+
+
+REAL_CASES: dict[str, Callable[[Path], RealCase]] = {
+    "eval_json": lambda d: (["eval", *_dataset(d), "--k", "1,3,5", "--format", "json"], 0, []),
+    "eval_fail_under": lambda d: (["eval", *_dataset(d), "--format", "markdown", "--fail-under", "ndcg@1=0.9"], 1, []),
+    "compare_table": lambda d: (["compare", *_two_runs(d), "--resamples", "200"], 0, []),
+    "check_config_ok": _check_config_ok,
+    "check_config_bad": _check_config_bad,
+    "version": lambda d: (["--version"], 0, []),
+    **{case: _exit_2(case) for case in ("record_not_utf8", "argparse_unknown_flag_eval")},
+}
+"""A sample of the commands, exit codes and output formats, run both ways."""
+
+Run = subprocess.CompletedProcess[str]
+RealResults = dict[str, tuple[Run, Run, RealCase]]
+
+
+@pytest.fixture(scope="module")
+def real_results(tmp_path_factory: pytest.TempPathFactory) -> RealResults:
+    """``{case: (real process, in process, case)}``; the processes run 4 at a time in a thread pool."""
+    cases: dict[str, tuple[Path, RealCase]] = {}
+    for name, build in REAL_CASES.items():
+        d = tmp_path_factory.mktemp(f"real_{name}")
+        cases[name] = d, build(d)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        processes = {name: pool.submit(ragmon_process, *case[0], cwd=d) for name, (d, case) in cases.items()}
+        in_process = {name: ragmon(*case[0], cwd=d) for name, (d, case) in cases.items()}
+        return {name: (future.result(), in_process[name], cases[name][1]) for name, future in processes.items()}
+
+
+@pytest.mark.parametrize("case", list(REAL_CASES))
+def test_real_process_answers_as_in_process(case: str, real_results: RealResults) -> None:
+    real, in_process, (_, code, needles) = real_results[case]
+    assert real.args[:3] == [sys.executable, "-m", "ragmon"]
+    assert (real.returncode, real.stdout, real.stderr) == (in_process.returncode, in_process.stdout, in_process.stderr)
+    assert real.returncode == code, real.stderr
+    assert "Traceback" not in real.stderr
+    if needles:
+        assert_one_line_error(real, *needles)
+    if code == 0:
+        assert real.stdout and real.stderr == ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -748,7 +828,7 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
 
 def test_no_progress_bar_when_stderr_is_a_pipe(tmp_path: Path) -> None:
     big = _big_file(tmp_path)
-    result = ragmon("eval", big, "--format", "json")
+    result = ragmon_process("eval", big, "--format", "json")
     assert result.returncode == 0
     assert result.stderr == ""
     assert json.loads(result.stdout)["metrics"]["mrr"] == pytest.approx(1 / 4)
