@@ -606,6 +606,19 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds ``pid`` (all its threads) has used, from ``/proc/PID/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
+
+
 def scrape(port: int) -> dict[str, float]:
     """``/metrics`` as ``{name: value}``, summing the samples of each name over their labels."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -649,6 +662,8 @@ class Measurement:
     backlog: float | None = None
     """Spans queued or held in pending traces at the end of the measured window."""
     catch_up_s: float | None = None
+    cpu_s: float | None = None
+    """The server's CPU seconds from before the load to the end (after catch-up)."""
     final: dict[str, float] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     exit_status: int | None = None
@@ -658,6 +673,14 @@ class Measurement:
     @property
     def accepted_spans_per_s(self) -> float:
         return self.load.window_spans / self.load.window_seconds
+
+    @property
+    def cpu_us_per_span(self) -> float:
+        """Server CPU µs per span acknowledged over the whole run (warm-up and catch-up
+        included): stable where wall-clock rates swing with the machine's other load."""
+        if self.cpu_s is None or not self.load.total_spans:
+            return math.nan
+        return 1e6 * self.cpu_s / self.load.total_spans
 
     def rss_at(self, t: float) -> float:
         after = [mb for ts, mb in self.rss if ts >= t]
@@ -718,6 +741,7 @@ def measure(kind: str, traffic_path: Path, args: argparse.Namespace, workdir: Pa
                 rss.append((time.monotonic(), mb))
 
         sample()
+        cpu_before = cpu_seconds(pid)
         url = f"http://127.0.0.1:{ports['http']}/v1/traces"
         parent, child = ctx.Pipe(duplex=False)
         loader = ctx.Process(target=load_process, name=f"load-{kind}", daemon=True,
@@ -784,6 +808,9 @@ def measure(kind: str, traffic_path: Path, args: argparse.Namespace, workdir: Pa
             result.final = m
             result.problems += check_counters(m, load)
         sample()
+        cpu_after = cpu_seconds(pid)
+        if cpu_before is not None and cpu_after is not None:
+            result.cpu_s = cpu_after - cpu_before
         if load.other_status:
             result.problems.append(f"unexpected HTTP statuses {load.other_status} (bodies dropped)")
         if load.errors:
@@ -835,7 +862,7 @@ def describe(r: Measurement) -> str:
     p50 = f"{1000 * statistics.median(lat):.0f}" if lat else "n/a"
     text += (f", 503s {r.load.window_503}, p50 {p50} ms/request; RSS idle {r.rss_idle:.0f}, "
              f"{r.rss_start:.0f} -> {r.rss_end:.0f} MB (peak {r.rss_peak:.0f}), "
-             f"slope {r.rss_slope:+.1f} MB/min")
+             f"slope {r.rss_slope:+.1f} MB/min; CPU {r.cpu_us_per_span:.1f} µs/span")
     return text
 
 
@@ -852,7 +879,7 @@ def print_table(results: dict[str, list[Measurement]], traffic: Traffic,
           f"bodies of {args.spans_per_body} spans ({traffic.mean_body_bytes / 1e3:,.0f} kB):")
     head = (f"{'server':<10}{'accepted/s':>12}{'min':>10}{'max':>10}{'scored/s':>11}"
             f"{'catch-up':>10}{'503s':>7}{'RSS idle':>10}{'start':>7}{'peak':>7}{'end':>7}"
-            f"{'MB/min':>9}")
+            f"{'MB/min':>9}{'CPU µs/span':>13}")
     print(head)
     print("-" * len(head))
     for kind in SERVERS:
@@ -867,15 +894,21 @@ def print_table(results: dict[str, list[Measurement]], traffic: Traffic,
               f"{statistics.median([r.rss_start for r in rs]):>7.0f}"
               f"{statistics.median([r.rss_peak for r in rs]):>7.0f}"
               f"{statistics.median([r.rss_end for r in rs]):>7.0f}"
-              f"{median_or_nan([r.rss_slope for r in rs]):>+9.1f}")
+              f"{median_or_nan([r.rss_slope for r in rs]):>+9.1f}"
+              f"{_fmt(median_or_nan([r.cpu_us_per_span for r in rs]), '{:.1f}'):>13}")
     print("(spans/s and 503s in the measured window, medians over runs; min/max of accepted; RSS "
           "in MB: idle before load, start/end of the measured window (end: after catch-up), peak; "
-          "MB/min: RSS slope over the second half of the measured window)")
+          "MB/min: RSS slope over the second half of the measured window; CPU µs/span: the "
+          "server's user + system CPU from /proc over the whole run / spans acknowledged)")
     base = statistics.median(r.accepted_spans_per_s for r in results["baseline"])
     accepted = statistics.median(r.accepted_spans_per_s for r in results["ragmon"])
     scored = median_or_nan([r.scored_spans_per_s for r in results["ragmon"]])
     print(f"ragmon / baseline, spans accepted: {_ratio(accepted, base)}   spans scored: "
           f"{_ratio(scored, base)}   (median / median; above 1 means ragmon is faster)")
+    cpu = {kind: median_or_nan([r.cpu_us_per_span for r in results[kind]]) for kind in SERVERS}
+    print(f"ragmon / baseline, CPU per span: {_ratio(cpu['ragmon'], cpu['baseline'])}   "
+          f"({_fmt(cpu['ragmon'], '{:.1f}')} / {_fmt(cpu['baseline'], '{:.1f}')} µs; above 1 means "
+          f"ragmon spends more)")
 
 
 def _fmt(value: float, pattern: str) -> str:
