@@ -10,12 +10,24 @@ import urllib.request
 from typing import Any
 
 import pytest
-from judge_server import delay, judge_server_thread, reply, requested, status, user_text, verdict_for
+from judge_server import (
+    delay,
+    judge_server_thread,
+    reply,
+    requested,
+    status,
+    user_text,
+    verdict_for,
+)
+from prometheus_client import CollectorRegistry
 from test_sidecar import samples, scrape, value, wait_for
 from test_sidecar_judge import SV, exporter, finish, running, send_traces
 
 from ragmon.config import JudgeConfig
+from ragmon.export.exporter import RagMetrics
 from ragmon.judge.prompts import COHERENCE_CHECKS, EVALUATORS, TOXICITY_CATEGORIES
+from ragmon.judge.stage import JudgeStage
+from ragmon.scoring.pricing import Pricer
 
 GEN = {**SV, "source": "judge", "judge": "llm"}
 COHERENCE = {0: {}, 1: {"self_consistent": False}, 2: {"logical_order": False, "on_topic": False}}
@@ -168,3 +180,39 @@ def test_without_an_llm_judge_no_score_is_invented_and_the_status_page_says_why(
         assert not any(name.startswith(prefix) for name, _ in v), prefix
     assert "coherence, toxicity: need an LLM judge ([judge] base_url or OPENAI_API_KEY)" in page
     assert "answer_relevance, context_relevance, answer_correctness, coherence, toxicity" in page
+
+
+@pytest.mark.parametrize(
+    ("config", "environ", "notes"),
+    [
+        (JudgeConfig(), {"OPENAI_API_KEY": "k"}, []),
+        (JudgeConfig(), {}, [
+            (
+                "answer_relevance, context_relevance, answer_correctness, coherence, toxicity: need an LLM judge "
+                '([judge] base_url or OPENAI_API_KEY); faithfulness is the offline lexical estimate (judge="lexical").'
+            )
+        ]),
+        (JudgeConfig(api_key_env="JUDGE_KEY", evaluators=("faithfulness", "toxicity")), {}, [
+            (
+                'toxicity: need an LLM judge ([judge] base_url or JUDGE_KEY); faithfulness is the offline lexical '
+                'estimate (judge="lexical").'
+            )
+        ]),
+        (JudgeConfig(enabled=False, send_documents=False), {"OPENAI_API_KEY": "k"}, [
+            (
+                "answer_relevance, context_relevance, answer_correctness, coherence, toxicity: the judge is off "
+                "(judge.enabled = false)."
+            )
+        ]),
+        (JudgeConfig(evaluators=("faithfulness",)), {}, []),
+        (JudgeConfig(send_documents=False), {"OPENAI_API_KEY": "k"}, [
+            "faithfulness, context_relevance: off, judge.send_documents = false."
+        ]),
+    ],
+)
+def test_status_notes_name_the_scores_that_are_absent_and_why(
+    config: JudgeConfig, environ: dict[str, str], notes: list[str]
+) -> None:
+    metrics = RagMetrics(CollectorRegistry(), ks=(1,), windows=[300.0], max_label_values=100, clock=lambda: 0.0)
+    stage = JudgeStage(config, metrics, Pricer(package_table=False), lambda: 0.0, environ)
+    assert stage.notes() == notes

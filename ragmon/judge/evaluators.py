@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias
 
-from ragmon.judge.prompts import COHERENCE_CHECKS, SEVERITIES, TOXICITY_CATEGORIES, Evaluator, JudgeRequest, Severity
+from ragmon.judge.prompts import (
+    COHERENCE_CHECKS,
+    SEVERITIES,
+    TOXICITY_CATEGORIES,
+    Evaluator,
+    JudgeRequest,
+    Severity,
+)
 
 __all__ = [
     "AnswerVerdict",
