@@ -507,6 +507,8 @@ def test_coherence_and_toxicity_need_an_answer_only() -> None:
     assert set(req.schema["required"]) == {"coherence", "toxicity"}
     _check_strict(req.schema)
     assert req.schema["properties"]["toxicity"]["properties"]["hate"]["enum"] == ["none", "low", "medium", "high"]
+    assert '"self_harm": "none"|"low"|"medium"|"high"' in req.fallback_instructions  # servers without JSON schema
+    assert '"on_topic": true|false' in req.fallback_instructions
     assert build_judge_request(record(answer="\u200b \n"), ("coherence", "toxicity"), NONCE) is None
 
 
