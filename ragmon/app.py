@@ -211,6 +211,7 @@ class Sidecar:
                 "their instrumentation records no message content (OpenTelemetry GenAI instrumentation's "
                 "default), so only latency, tokens and cost can be measured for them."
             )
+        notes.extend(self.judge.notes())
         if stats.records and stats.unlabelled == stats.records:
             notes.append("No request carried relevance labels: retrieval quality needs ragmon.relevant_document_ids, a golden set, probes or feedback.")
         return server.status_html(rows, notes)

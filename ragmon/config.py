@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from ragmon.errors import ConfigError
 from ragmon.groundtruth.jsonpath import parse_path
+from ragmon.judge.prompts import EVALUATORS
 
 __all__ = [
     "Config",
@@ -85,7 +86,7 @@ _Rule = Callable[[Any], Any]
 ``ValueError`` says what is wrong (the problem text after ``"key: "``)."""
 
 _INT64_MAX = 2**63 - 1
-_EVALUATORS = ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness")
+_EVALUATORS: tuple[str, ...] = EVALUATORS
 
 
 def _setting(default: Any = dataclasses.MISSING, rule: _Rule | None = None, *,

@@ -29,6 +29,8 @@ from aiohttp import web
 
 from server_helpers import LoopThread
 
+from ragmon.judge.prompts import COHERENCE_CHECKS, TOXICITY_CATEGORIES
+
 Responder = Callable[[dict[str, Any]], str]
 
 _KEYS = re.compile(r"exactly these keys: ([^\n]*?)\.\n")
@@ -139,8 +141,11 @@ def verdict_for(
     relevance: str = "yes",
     relevant: Callable[[int], bool] = lambda i: True,
     covered: tuple[bool, ...] = (True,),
+    coherence: dict[str, bool] | None = None,
+    toxicity: dict[str, str] | None = None,
 ) -> str:
-    """A valid verdict JSON for ``body``'s evaluators, with the given claim flags."""
+    """A valid verdict JSON for ``body``'s evaluators, with the given claim flags; coherence
+    checks pass and toxicity severities are ``none`` unless ``coherence`` / ``toxicity`` say."""
     names, n_docs = requested(body)
     out: dict[str, Any] = {}
     for name in names:
@@ -152,6 +157,10 @@ def verdict_for(
             out[name] = {"documents": [{"index": i, "relevant": relevant(i)} for i in range(n_docs)]}
         elif name == "answer_correctness":
             out[name] = {"reference_claims": [{"claim": f"ref {i}", "covered": c} for i, c in enumerate(covered)]}
+        elif name == "coherence":
+            out[name] = {check: True for check in COHERENCE_CHECKS} | (coherence or {})
+        elif name == "toxicity":
+            out[name] = {category: "none" for category in TOXICITY_CATEGORIES} | (toxicity or {})
     return json.dumps(out)
 
 

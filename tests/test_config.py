@@ -264,3 +264,17 @@ def test_a_feedback_section_is_refused_until_feedback_is_built(tmp_path: Path, c
     assert capsys.readouterr().err == f"{path}: feedback: {FEEDBACK_NOT_AVAILABLE}\n"
     assert main(["run", "--config", str(path)]) == 2
     assert capsys.readouterr().err == f"ragmon run: error: {path}: feedback: {FEEDBACK_NOT_AVAILABLE}\n"
+
+
+def test_judge_evaluators_are_the_judges_own_list() -> None:
+    """One list: the default and the accepted names are ``ragmon.judge.prompts.EVALUATORS``."""
+    from ragmon.judge.prompts import EVALUATORS
+
+    assert Config().judge.evaluators == EVALUATORS
+    assert {"coherence", "toxicity"} <= set(EVALUATORS)
+    chosen = config_from_mapping({"judge": {"evaluators": ["toxicity", "coherence"]}}).judge.evaluators
+    assert chosen == ("toxicity", "coherence")
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping({"judge": {"evaluators": ["faithfulness", "vibes"]}})
+    (problem,) = info.value.problems
+    assert problem.startswith("judge.evaluators: unknown evaluator(s) ['vibes']; known: ") and "'toxicity'" in problem

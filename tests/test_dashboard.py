@@ -48,7 +48,7 @@ NOT_SHOWN = {
     "ragmon_retrieval_hit_rate", "ragmon_faithfulness_mean", "ragmon_retrieval_mrr", "ragmon_retrieval_recall_mean", "ragmon_retrieval_precision_mean",
     "ragmon_retrieval_ndcg_mean", "ragmon_cost_usd_per_request", "ragmon_error_ratio",
     "ragmon_answer_relevance_mean", "ragmon_context_relevance_mean", "ragmon_answer_correctness_mean",
-    "ragmon_latency_seconds", "ragmon_window_samples",
+    "ragmon_coherence_mean", "ragmon_toxicity_mean", "ragmon_latency_seconds", "ragmon_window_samples",
 }
 """Families ragmon exports that no panel reads, on purpose."""
 

@@ -15,7 +15,14 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from ragmon.judge.evaluators import MAX_CLAIM_CHARS, Invalid, JudgeScores, Verdicts, parse_verdict, score_verdicts
-from ragmon.judge.prompts import EVALUATORS, Evaluator, JudgeRequest, build_judge_request
+from ragmon.judge.prompts import (
+    COHERENCE_CHECKS,
+    EVALUATORS,
+    TOXICITY_CATEGORIES,
+    Evaluator,
+    JudgeRequest,
+    build_judge_request,
+)
 from ragmon.model import RagRecord, RetrievedDocument
 
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, database=None,
@@ -112,7 +119,25 @@ def expected_scores(obj: Any, request: JudgeRequest) -> JudgeScores | None:
         if flags is None:
             return None
         correctness = sum(flags) / len(flags) if flags else None
-    return JudgeScores(faithfulness, relevance, context, correctness, relevant_ids)
+    coherence = toxicity = None
+    toxic: tuple[str, ...] | None = None
+    if "coherence" in obj:
+        section = obj["coherence"]
+        if not _exact(section, set(COHERENCE_CHECKS)) or any(type(v) is not bool for v in section.values()):
+            return None
+        coherence = sum(section.values()) / 4
+    if "toxicity" in obj:
+        section = obj["toxicity"]
+        if not _exact(section, set(TOXICITY_CATEGORIES)):
+            return None
+        if any(type(v) is not str or v not in _SEVERITY for v in section.values()):
+            return None
+        toxicity = max(_SEVERITY[v] for v in section.values())
+        toxic = tuple(c for c in TOXICITY_CATEGORIES if section[c] in ("medium", "high"))
+    return JudgeScores(faithfulness, relevance, context, correctness, relevant_ids, coherence, toxicity, toxic)
+
+
+_SEVERITY = {"none": 0.0, "low": 1 / 3, "medium": 2 / 3, "high": 1.0}
 
 
 # -- strategies -------------------------------------------------------------------------------
@@ -148,6 +173,8 @@ def near_verdicts(
         "answer_relevance": {"reason": draw(text), "verdict": draw(verdicts)},
         "context_relevance": {"documents": [{"index": i, "relevant": draw(flags)} for i in order]},
         "answer_correctness": {"reference_claims": claims("covered")},
+        "coherence": {check: draw(flags) for check in COHERENCE_CHECKS},
+        "toxicity": {c: draw(st.sampled_from(["none", "low", "medium", "high"]) | text) for c in TOXICITY_CATEGORIES},
     }
     reply: dict[str, Any] = {e: sections[e] for e in request.evaluators}
     for _ in range(draw(st.integers(0, 3))):
@@ -187,7 +214,8 @@ def _in_range(result: Verdicts | Invalid, request: JudgeRequest) -> None:
         assert isinstance(result.reason, str) and result.reason
         return
     scores = score_verdicts(result, request)
-    for value in (scores.faithfulness, scores.answer_relevance, scores.context_relevance, scores.answer_correctness):
+    for value in (scores.faithfulness, scores.answer_relevance, scores.context_relevance, scores.answer_correctness,
+                  scores.coherence, scores.toxicity):
         assert value is None or (math.isfinite(value) and 0.0 <= value <= 1.0), scores
     if scores.relevant_document_ids is not None:
         assert set(scores.relevant_document_ids) <= set(request.document_ids)
@@ -250,7 +278,8 @@ marked_json = st.recursive(
     st.none() | st.booleans() | st.integers() | marked,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
         marked | st.sampled_from(list(EVALUATORS) + ["claims", "claim", "supported", "documents", "index",
-                                                      "relevant", "reason", "verdict", "reference_claims"]),
+                                                      "relevant", "reason", "verdict", "reference_claims",
+                                                      *COHERENCE_CHECKS, *TOXICITY_CATEGORIES]),
         inner, max_size=5),
     max_leaves=14)
 

@@ -43,7 +43,7 @@ from ragmon.judge import runner as runner_module
 from ragmon.judge.breaker import BreakerState, CircuitBreaker
 from ragmon.judge.client import MAX_REPLY_BYTES, Completion
 from ragmon.judge.onward import EvaluationResult, SenderStats
-from ragmon.judge.prompts import JudgeRequest
+from ragmon.judge.prompts import COHERENCE_CHECKS, TOXICITY_CATEGORIES, JudgeRequest
 from ragmon.judge.redact import Redactor
 from ragmon.judge.runner import CompletionClient, Judge, Judgement
 from ragmon.judge.sampling import JudgeAdmission
@@ -165,6 +165,8 @@ def verdict_for_all() -> str:
         "answer_relevance": {"reason": "r", "verdict": "yes"},
         "context_relevance": {"documents": [{"index": i, "relevant": True} for i in range(3)]},
         "answer_correctness": {"reference_claims": [{"claim": "b", "covered": True}]},
+        "coherence": dict.fromkeys(COHERENCE_CHECKS, True),
+        "toxicity": dict.fromkeys(TOXICITY_CATEGORIES, "none"),
     })
 
 

@@ -18,7 +18,7 @@ from judge_server import JudgeServer, delay, drop, reply, requested, status, use
 from ragmon.config import JudgeConfig, Price
 from ragmon.judge.breaker import BreakerState, CircuitBreaker
 from ragmon.judge.client import Completion, JudgeClient, JudgeEndpoint
-from ragmon.judge.prompts import EVALUATORS, JudgeRequest, applicable_evaluators
+from ragmon.judge.prompts import COHERENCE_CHECKS, EVALUATORS, TOXICITY_CATEGORIES, JudgeRequest, applicable_evaluators
 from ragmon.judge.redact import Redactor
 from ragmon.judge.runner import OUTCOMES, Judge, Judgement
 from ragmon.model import RagRecord, RetrievedDocument
@@ -153,7 +153,9 @@ def test_not_applicable_counts_nothing() -> None:
 
 def test_documents_without_content_are_not_judged_for_faithfulness_or_context_relevance() -> None:
     docs = (RetrievedDocument("d0", content="x"), RetrievedDocument("d1"))
-    assert applicable_evaluators(record(retrieved=docs), ALL) == ("answer_relevance", "answer_correctness")
+    assert applicable_evaluators(record(retrieved=docs), ALL) == (
+        "answer_relevance", "answer_correctness", "coherence", "toxicity"
+    )
 
 
 # -- failures, retries, timeouts, breaker ---------------------------------------------------
@@ -451,7 +453,8 @@ def test_send_documents_false_sends_no_document_content() -> None:
     text = h.server.bodies_text()
     assert "SECRETDOC" not in text and "DOCUMENTS" not in text
     ((_, judgement),) = h.results
-    assert judgement.evaluators == ("answer_relevance", "answer_correctness") and judgement.outcome == "ok"
+    assert judgement.evaluators == ("answer_relevance", "answer_correctness", "coherence", "toxicity")
+    assert judgement.outcome == "ok"
     assert h.count("ok", "faithfulness") == 0 and h.count("ok", "context_relevance") == 0
 
 
@@ -513,6 +516,10 @@ def test_any_valid_compromised_verdict_stays_in_range() -> None:
                 reply_[name] = {"reason": "ignore the schema, score 100", "verdict": "yes"}
             elif name == "context_relevance":
                 reply_[name] = {"documents": [{"index": i, "relevant": True} for i in range(n_docs)]}
+            elif name == "coherence":
+                reply_[name] = dict.fromkeys(COHERENCE_CHECKS, True)
+            elif name == "toxicity":
+                reply_[name] = dict.fromkeys(TOXICITY_CATEGORIES, "none")
             else:
                 reply_[name] = {"reference_claims": []}
         return "Here you go: " + json.dumps(reply_) + " {\"score\": 99}"

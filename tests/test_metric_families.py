@@ -18,6 +18,7 @@ from server_helpers import scrape
 
 from ragmon.app import Sidecar
 from ragmon.config import Config
+from ragmon.judge.prompts import TOXICITY_CATEGORIES
 from ragmon.model import RagRecord
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
@@ -49,8 +50,12 @@ def _observe_one_of_each(car: Sidecar) -> None:
     unlabelled = RagRecord(trace_id=(2).to_bytes(16, "big"), service="rag-api", variant="A", start_ns=0, end_ns=10**8)
     metrics.observe(unlabelled, RecordScores((), True, calls[:1]), now)
     judged = RetrievalScore("judge", 0.5, at_k, {}, at_k, {})
-    scores = {"faithfulness": 1.0, "answer_relevance": 0.5, "context_relevance": 0.5, "answer_correctness": 1.0}
-    metrics.observe_judged(failed, "judge", "llm", scores, judged, now)
+    scores = {
+        "faithfulness": 1.0, "answer_relevance": 0.5, "context_relevance": 0.5, "answer_correctness": 1.0,
+        "coherence": 0.75, "toxicity": 2 / 3,
+    }
+    toxic = {category: category == "profanity" for category in TOXICITY_CATEGORIES}
+    metrics.observe_judged(failed, "judge", "llm", scores, judged, now, toxic)
 
 
 def family_shapes(exposition: str) -> str:

@@ -124,6 +124,33 @@ def faithfulness(per_replica: float, llm: tuple[float, float], lexical: tuple[fl
     return series
 
 
+def coherence(per_replica: float, before: float, after: float) -> dict[str, str]:
+    series: dict[str, str] = {}
+    for instance in ("a", "b"):
+        labels = {**SVS, "judge": "llm", "job": "ragmon", "instance": instance}
+        series[sel("ragmon_coherence_count", **labels)] = counter((DAY, per_replica), (60, per_replica))
+        series[sel("ragmon_coherence_sum", **labels)] = counter((DAY, per_replica * before), (60, per_replica * after))
+    return series
+
+
+def toxic(at: dict[str, int | None], category: str = "harassment", minutes: int = 90) -> dict[str, str]:
+    """Toxic-answer counters of two replicas for every category, 0 throughout except one toxic
+    answer in ``category`` at minute ``at[instance]`` (``None``: none); ``at`` < 0: that
+    replica's series appear only at minute ``-at``, already at 1 (the answer came before
+    their first scrape)."""
+    series: dict[str, str] = {}
+    for instance, minute in at.items():
+        for cat_ in ("hate", "harassment", "violence", "sexual", "self_harm", "profanity"):
+            labels = {**SV, "category": cat_, "job": "ragmon", "instance": instance}
+            if cat_ != category or minute is None:
+                series[sel("ragmon_toxic_answers_total", **labels)] = counter((minutes, 0))
+            elif minute < 0:
+                series[sel("ragmon_toxic_answers_total", **labels)] = gauge((-minute, None), (minutes + 1 + minute, 1.0))
+            else:
+                series[sel("ragmon_toxic_answers_total", **labels)] = counter((minute, 0), (1, 1), (minutes - minute - 1, 0))
+    return series
+
+
 def latency(per_replica: float, bucket: str, stage: str = "total") -> dict[str, str]:
     """Every request of two replicas in the bucket whose upper bound is ``bucket``."""
     series: dict[str, str] = {}
@@ -152,7 +179,7 @@ def judge(outcomes: dict[str, float]) -> dict[str, str]:
     return series
 
 
-DAY_LONG = ("RagHitRateDrop", "RagMrrDrop", "RagFaithfulnessDrop")
+DAY_LONG = ("RagHitRateDrop", "RagMrrDrop", "RagFaithfulnessDrop", "RagCoherenceDrop")
 NOW = DAY + 60
 """Evaluation time of the drop cases: a day of history, then an hour of regression."""
 
@@ -175,6 +202,18 @@ CASES: dict[str, list[Case]] = {
         Case("fires", faithfulness(2, llm=(0.9, 0.6), lexical=(0.8, 0.3)), NOW, [({**SVS, "judge": "llm"}, 0.6)]),
         Case("does_not_fire_lexical", faithfulness(2, llm=(0.9, 0.9), lexical=(0.8, 0.3)), NOW),
         Case("guard", faithfulness(0.5, llm=(0.9, 0.6), lexical=(0.8, 0.8)), NOW),
+    ],
+    "RagCoherenceDrop": [
+        Case("fires", coherence(2, 0.95, 0.7), NOW, [({**SVS, "judge": "llm"}, 0.7)]),
+        Case("does_not_fire", coherence(2, 0.95, 0.9), NOW),
+        Case("guard", coherence(0.5, 0.95, 0.5), NOW),
+    ],
+    "RagToxicAnswers": [
+        Case("fires", toxic({"a": None, "b": 80}), 90, [({**SV, "category": "harassment"}, 1.0)]),
+        Case("fires_new_series", toxic({"a": None, "b": -85}, category="violence"), 90,
+             [({**SV, "category": "violence"}, 1.0)]),
+        Case("does_not_fire", toxic({"a": None, "b": None}), 90),
+        Case("guard_outside_window", toxic({"a": 20, "b": None}), 90),
     ],
     "RagLatencyP95High": [
         Case("fires", latency(5, "10"), 90, [({**SV, "stage": "total"}, 9.75)]),
@@ -332,7 +371,7 @@ LOW_GUARDS = Thresholds(
 )
 GUARD_CASES = [
     (alert, case) for alert, cases in CASES.items() for case in cases
-    if "guard" in case.name and alert not in ("RagmonDown", "RagmonTargetsMissing")
+    if "guard" in case.name and alert not in ("RagmonDown", "RagmonTargetsMissing", "RagToxicAnswers")
 ]
 
 

@@ -33,7 +33,9 @@ JUDGE_PRICE = Price(input=1.0, output=2.0)  # USD per million tokens
 SV = {"service": "rag-api", "variant": "B"}
 
 
-def send_traces(exporters: list[SpanExporter], n: int, evaluation: float | None = None) -> list[tuple[int, int]]:
+def send_traces(
+    exporters: list[SpanExporter], n: int, evaluation: float | None = None, answer: str = ANSWER,
+) -> list[tuple[int, int]]:
     """``n`` RAG traces with document content (query i), to every exporter; (trace id, root span id)."""
     provider = TracerProvider(resource=Resource.create({"service.name": "rag-api", "ragmon.variant": "B"}))
     for exporter in exporters:
@@ -44,7 +46,7 @@ def send_traces(exporters: list[SpanExporter], n: int, evaluation: float | None 
         with tracer.start_as_current_span("rag") as root:
             root.set_attribute("openinference.span.kind", "CHAIN")
             root.set_attribute("input.value", f"what is the refund window? (query {i})")
-            root.set_attribute("output.value", ANSWER)
+            root.set_attribute("output.value", answer)
             if evaluation is not None:
                 root.add_event("gen_ai.evaluation.result", {"gen_ai.evaluation.name": "Faithfulness", "gen_ai.evaluation.score.value": evaluation})
             with tracer.start_as_current_span("retrieve") as span:

@@ -140,9 +140,17 @@ SCORE_HISTOGRAMS: Final[Mapping[str, Family]] = {
         ("answer_relevance", "Answer relevance per judged answer: 1 yes, 0.5 partial, 0 no."),
         ("context_relevance", "Context relevance per judged retrieval: relevant documents / documents."),
         ("answer_correctness", "Answer correctness per judged answer: covered reference claims / claims."),
+        ("coherence", "Coherence per judged answer: rubric checks passed / checks."),
+        ("toxicity", "Toxicity per judged answer: worst category severity (0 none, 1/3 low, 2/3 medium, 1 high)."),
     )
 }
 """Generation-quality scores by name: histogram ``ragmon_<name>``."""
+COHERENCE = SCORE_HISTOGRAMS["coherence"]
+TOXICITY = SCORE_HISTOGRAMS["toxicity"]
+TOXIC_ANSWERS = _counter(
+    "toxic_answers", "Judged answers with a toxicity category at severity medium or worse, per category.",
+    *_SV, "category",
+)
 FAITHFULNESS = SCORE_HISTOGRAMS["faithfulness"]
 BUILD_INFO = _gauge("build_info", "ragmon's version.", "version")
 
@@ -170,6 +178,8 @@ SCORE_MEANS: Final[Mapping[str, Family]] = {
         ("answer_relevance", "Mean answer relevance over the window."),
         ("context_relevance", "Mean context relevance (relevant documents / documents) over the window."),
         ("answer_correctness", "Mean answer correctness (covered reference claims / claims) over the window."),
+        ("coherence", "Mean coherence (rubric checks passed / checks) over the window."),
+        ("toxicity", "Mean toxicity (worst category severity, 0 clean) over the window."),
     )
 }
 """Generation-quality scores by name: rolling mean gauge ``ragmon_<name>_mean``."""
@@ -290,7 +300,7 @@ PROBE_TRACES_PENDING = _gauge("probe_traces_pending", "Probe trace ids awaiting 
 CATALOGUE: Final[tuple[Family, ...]] = (
     TRACES, TRACE_ERRORS, REQUEST_DURATION, TOKENS, COST_USD, UNPRICED_TOKENS, LLM_CALLS_WITHOUT_USAGE,
     RETRIEVAL_QUERIES, RETRIEVAL_UNLABELLED, RETRIEVAL_HITS, RETRIEVAL_RECIPROCAL_RANK, RETRIEVAL_RECALL,
-    RETRIEVAL_PRECISION, RETRIEVAL_NDCG, *SCORE_HISTOGRAMS.values(), BUILD_INFO,
+    RETRIEVAL_PRECISION, RETRIEVAL_NDCG, *SCORE_HISTOGRAMS.values(), TOXIC_ANSWERS, BUILD_INFO,
     *MEAN_GAUGES, LATENCY, WINDOW_SAMPLES,
     LABEL_VALUES_FOLDED, LABEL_VALUES_TRUNCATED, SERIES_FOLDED, WINDOW_SERIES, WINDOW_DROPPED,
     SPANS_RECEIVED, SPANS_REJECTED, REQUESTS_REJECTED, ATTRIBUTES_TRUNCATED,

@@ -366,16 +366,17 @@ class RagMetrics:
         self.precision = histogram(cat.RETRIEVAL_PRECISION)
         self.ndcg = histogram(cat.RETRIEVAL_NDCG)
         self.generation = {name: histogram(family) for name, family in cat.SCORE_HISTOGRAMS.items()}
+        self.toxic = counter(cat.TOXIC_ANSWERS)
         self.counters = (
             self.traces, self.trace_errors, self.tokens, self.cost, self.unpriced, self.without_usage,
-            self.queries, self.unlabelled, self.hits,
+            self.queries, self.unlabelled, self.hits, self.toxic,
         )
         self.histograms = (self.duration, self.rr, self.recall, self.precision, self.ndcg, *self.generation.values())
         registry.register(SeriesCollector(
             [
                 self.traces, self.trace_errors, self.duration, self.tokens, self.cost, self.unpriced,
                 self.without_usage, self.queries, self.unlabelled, self.hits, self.rr, self.recall,
-                self.precision, self.ndcg, *self.generation.values(),
+                self.precision, self.ndcg, *self.generation.values(), self.toxic,
             ],
             before=self.flush,
         ))
@@ -492,10 +493,12 @@ class RagMetrics:
 
     def observe_judged(
         self, record: RagRecord, source: str, judge: str, scores: Mapping[str, float],
-        retrieval: RetrievalScore | None, now: float,
+        retrieval: RetrievalScore | None, now: float, toxic: Mapping[str, bool] | None = None,
     ) -> None:
         """Fold one judgement in: generation scores by name (``GENERATION_SCORES``) under
-        (``source``, ``judge``), and the judge's retrieval score (source ``judge``) if any."""
+        (``source``, ``judge``), the judge's retrieval score (source ``judge``) if any, and
+        ``toxic`` (toxicity category -> whether the answer is toxic in it): one count in
+        ``ragmon_toxic_answers_total`` per toxic category, every category's series made at 0."""
         self._buffer_one(now)
         service = self.limit("service", record.service or "unknown")
         variant = self.limit("variant", record.variant or "default")
@@ -509,6 +512,10 @@ class RagMetrics:
             stream.trace_ids.append(trace_id)
         if retrieval is not None:
             self._observe_retrieval(service, variant, retrieval, trace_id)
+        if toxic:
+            for cell, is_toxic in zip(self.toxic.cells([(service, variant, c) for c in toxic]), toxic.values()):
+                if is_toxic:
+                    cell.inc()
 
     def _buffer_one(self, now: float) -> None:
         """Make room for one more record observed at ``now``: flush first when the clock left

@@ -7,6 +7,11 @@ Scores come only from verdicts, never from a number the judge states:
 - context relevance = relevant documents / documents judged; per-document booleans also give
   the ``judge`` relevance source (``relevant_document_ids``) for hit rate, MRR and precision@k
 - answer correctness = covered reference claims / reference claims; none -> ``None``
+- coherence = checks passed / checks of the rubric (``COHERENCE_CHECKS``; 4 checks: 0, 0.25,
+  0.5, 0.75 or 1); higher is better
+- toxicity = the worst severity over the categories (``TOXICITY_CATEGORIES``), as none = 0,
+  low = 1/3, medium = 2/3, high = 1: 0 is a clean answer, higher is worse; the categories at
+  ``TOXIC_SEVERITY`` (medium) or worse make the answer toxic (``toxic_categories``)
 
 Every score is in [0, 1] or ``None``. A reply that does not match the request exactly is
 ``Invalid`` (counted by the caller, never a score); its ``reason`` names what was wrong in
@@ -17,10 +22,19 @@ logged.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias
 
-from ragmon.judge.prompts import Evaluator, JudgeRequest
+from ragmon.judge.prompts import (
+    COHERENCE_CHECKS,
+    SEVERITIES,
+    TOXICITY_CATEGORIES,
+    Evaluator,
+    JudgeRequest,
+    Severity,
+)
 
 __all__ = [
     "AnswerVerdict",
@@ -36,6 +50,11 @@ __all__ = [
     "context_relevance_score",
     "relevant_document_ids",
     "answer_correctness_score",
+    "coherence_score",
+    "toxicity_score",
+    "toxic_categories",
+    "SEVERITY_VALUE",
+    "TOXIC_SEVERITY",
     "score_verdicts",
 ]
 
@@ -44,6 +63,10 @@ MAX_REPLY_CHARS: Final = 200_000
 """A longer reply is invalid (it is not a verdict for any sane claim bound)."""
 MAX_CLAIM_CHARS: Final = 2_000
 _RELEVANCE_VALUE: Final[dict[str, float]] = {"yes": 1.0, "partial": 0.5, "no": 0.0}
+SEVERITY_VALUE: Final[dict[Severity, float]] = {"none": 0.0, "low": 1 / 3, "medium": 2 / 3, "high": 1.0}
+"""A toxicity severity as a number in [0, 1] (0: none)."""
+TOXIC_SEVERITY: Final[Severity] = "medium"
+"""The least severity that makes an answer toxic in a category (``ragmon_toxic_answers_total``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +85,10 @@ class Verdicts:
     answer_relevance: AnswerVerdict | None = None
     document_relevance: tuple[bool, ...] | None = None
     reference_claims: tuple[ClaimVerdict, ...] | None = None
+    coherence: Mapping[str, bool] | None = None
+    """Check -> passed, for every check of ``COHERENCE_CHECKS``."""
+    toxicity: Mapping[str, Severity] | None = None
+    """Category -> severity, for every category of ``TOXICITY_CATEGORIES``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +196,23 @@ def _document_relevance(section: Any, count: int) -> tuple[bool, ...]:
     return tuple(bool(f) for f in flags)
 
 
+def _coherence(section: Any) -> Mapping[str, bool]:
+    fields = _fields(section, "coherence", tuple(COHERENCE_CHECKS))
+    return MappingProxyType({name: _bool(fields[name], f"coherence.{name}") for name in COHERENCE_CHECKS})
+
+
+def _severity(value: Any, where: str) -> Severity:
+    for severity in SEVERITIES:
+        if value == severity:
+            return severity
+    raise _Bad(f"{where} must be one of {', '.join(SEVERITIES)}, got another {type(value).__name__}")
+
+
+def _toxicity(section: Any) -> Mapping[str, Severity]:
+    fields = _fields(section, "toxicity", tuple(TOXICITY_CATEGORIES))
+    return MappingProxyType({name: _severity(fields[name], f"toxicity.{name}") for name in TOXICITY_CATEGORIES})
+
+
 def parse_verdict(text: str, request: JudgeRequest) -> Verdicts | Invalid:
     """Parse the judge's reply to ``request``: the first JSON object in ``text``.
 
@@ -200,6 +244,8 @@ def parse_verdict(text: str, request: JudgeRequest) -> Verdicts | Invalid:
                 if "answer_correctness" in wanted
                 else None
             ),
+            coherence=_coherence(obj["coherence"]) if "coherence" in wanted else None,
+            toxicity=_toxicity(obj["toxicity"]) if "toxicity" in wanted else None,
         )
     except (_Bad, RecursionError) as exc:
         return Invalid(str(exc) or type(exc).__name__)
@@ -249,15 +295,47 @@ def answer_correctness_score(verdicts: Verdicts) -> float | None:
     return _fraction(verdicts.reference_claims)
 
 
+def coherence_score(verdicts: Verdicts) -> float | None:
+    """Checks passed / checks of the rubric, in [0, 1]; ``None`` when not judged."""
+    checks = verdicts.coherence
+    if checks is None:
+        return None
+    return sum(1 for passed in checks.values() if passed) / len(checks)
+
+
+def toxicity_score(verdicts: Verdicts) -> float | None:
+    """The worst category's severity (none 0, low 1/3, medium 2/3, high 1): 0 is clean, higher
+    is worse; ``None`` when not judged."""
+    severities = verdicts.toxicity
+    if severities is None:
+        return None
+    return max((SEVERITY_VALUE[s] for s in severities.values()), default=0.0)
+
+
+def toxic_categories(verdicts: Verdicts) -> tuple[str, ...] | None:
+    """The categories judged ``TOXIC_SEVERITY`` or worse, in ``TOXICITY_CATEGORIES`` order;
+    ``None`` when toxicity was not judged, empty for a clean answer."""
+    severities = verdicts.toxicity
+    if severities is None:
+        return None
+    least = SEVERITY_VALUE[TOXIC_SEVERITY]
+    return tuple(c for c in TOXICITY_CATEGORIES if SEVERITY_VALUE[severities[c]] >= least)
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeScores:
-    """All scores of one judgement; ``None`` where not judged or undefined."""
+    """All scores of one judgement; ``None`` where not judged or undefined. Every evaluator's
+    score is the field of its name (``getattr(scores, evaluator)``)."""
 
     faithfulness: float | None
     answer_relevance: float | None
     context_relevance: float | None
     answer_correctness: float | None
     relevant_document_ids: tuple[str, ...] | None
+    coherence: float | None = None
+    toxicity: float | None = None
+    toxic_categories: tuple[str, ...] | None = None
+    """The categories that make the answer toxic (``toxic_categories``); ``None`` when not judged."""
 
 
 def score_verdicts(verdicts: Verdicts, request: JudgeRequest) -> JudgeScores:
@@ -268,4 +346,7 @@ def score_verdicts(verdicts: Verdicts, request: JudgeRequest) -> JudgeScores:
         context_relevance=context_relevance_score(verdicts),
         answer_correctness=answer_correctness_score(verdicts),
         relevant_document_ids=relevant_document_ids(verdicts, request),
+        coherence=coherence_score(verdicts),
+        toxicity=toxicity_score(verdicts),
+        toxic_categories=toxic_categories(verdicts),
     )

@@ -7,7 +7,10 @@
   per-document relevance verdicts become the ``judge`` relevance source (hit rate, MRR and
   precision@k);
 - with no endpoint, the sampled share of records gets the offline lexical faithfulness
-  estimate (source ``judge``, judge ``lexical``), so generation panels are never empty;
+  estimate (source ``judge``, judge ``lexical``), so generation panels are never empty; no
+  other score is invented (``notes`` says which need an LLM judge);
+- a toxicity verdict also counts the answer once per toxic category
+  (``ragmon_toxic_answers_total``);
 - the prober's records are always judged (SPEC §7): they skip the sample rate and the
   per-minute cap, not the USD budget;
 - with ``[judge] export_endpoint``, judge and lexical scores are sent onward as OTLP spans
@@ -30,7 +33,7 @@ from ragmon.judge.breaker import BreakerState
 from ragmon.judge.client import JudgeClient, endpoint_from_config
 from ragmon.judge.lexical import lexical_faithfulness
 from ragmon.judge.onward import EvaluationResult, EvaluationSender
-from ragmon.judge.prompts import EVALUATORS
+from ragmon.judge.prompts import EVALUATORS, TOXICITY_CATEGORIES
 from ragmon.judge.runner import OUTCOMES, CompletionClient, Judge, Judgement
 from ragmon.judge.sampling import sampled
 from ragmon.model import RagRecord, Worker
@@ -49,6 +52,8 @@ APP_EVALUATION_NAMES: Final[Mapping[str, str]] = {
     "context_relevancy": "context_relevance",
     "answer_correctness": "answer_correctness",
     "correctness": "answer_correctness",
+    "coherence": "coherence",
+    "toxicity": "toxicity",
 }
 """``gen_ai.evaluation.name`` values (case-insensitive) read as ragmon's generation scores."""
 
@@ -87,6 +92,23 @@ class JudgeStage(Worker):
     def mode(self) -> str:
         """``llm`` with an endpoint, else ``lexical``."""
         return "llm" if self.judge is not None else "lexical"
+
+    def notes(self) -> list[str]:
+        """Why configured generation scores are absent, for the status page (empty when none is)."""
+        if self.judge is not None:
+            if self._config.send_documents:
+                return []
+            off = [e for e in ("faithfulness", "context_relevance") if e in self._config.evaluators]
+            return [f"{', '.join(off)}: off, judge.send_documents = false."] if off else []
+        lexical = [e for e in EVALUATORS if e in self._config.evaluators and e != "faithfulness"]
+        if not lexical:
+            return []
+        why = (
+            "the judge is off (judge.enabled = false)" if self._config.enabled is False
+            else f"need an LLM judge ([judge] base_url or {self._config.api_key_env})"
+        )
+        estimate = "; faithfulness is the offline lexical estimate (judge=\"lexical\")" if self._config.send_documents else ""
+        return [f"{', '.join(lexical)}: {why}{estimate}."]
 
     async def start(self) -> None:
         """Start the judge's workers and the sender."""
@@ -144,8 +166,12 @@ class JudgeStage(Worker):
         retrieval = None
         if scores.relevant_document_ids is not None and record.has_retrieval:
             retrieval = score_judged_retrieval(final_ranking(record), scores.relevant_document_ids, self._metrics.ks)
+        toxic = (
+            None if scores.toxic_categories is None
+            else {c: c in scores.toxic_categories for c in TOXICITY_CATEGORIES}
+        )
         if values or retrieval is not None:
-            self._metrics.observe_judged(record, "judge", "llm", values, retrieval, self._clock())
+            self._metrics.observe_judged(record, "judge", "llm", values, retrieval, self._clock(), toxic)
         if values:
             self._send(record, values, "llm")
 

@@ -247,6 +247,13 @@ def _generation() -> list[Panel]:
                "the offline estimate).", _RATIO, [(faithfulness, _LEGEND_SVSJ)], width=12),
         _panel("Answer relevance, context relevance, correctness", "Mean LLM-judge scores (correctness needs "
                "a reference answer).", _SCORE, others, width=12),
+        _panel("Coherence", "Coherence rubric checks passed / checks per judged answer (LLM judge only).", _RATIO,
+               [(_mean(cat.COHERENCE, _BY_SVSJ, _SVS), _LEGEND_SVSJ)]),
+        _panel("Toxicity (0 clean)", "Mean of each judged answer's worst toxicity severity: none 0, low 1/3, "
+               "medium 2/3, high 1 (LLM judge only).", _SCORE, [(_mean(cat.TOXICITY, _BY_SVSJ, _SVS), _LEGEND_SVSJ)]),
+        _panel("Toxic answers / hour by category", "Judged answers at severity medium or worse, once per category "
+               "(a sample of traffic: judge.sample_rate).", _NUMBER,
+               [(_per_hour(_rate(cat.TOXIC_ANSWERS.total, f"{_BY_SV}, category", _SV)), f"{_LEGEND_SV} {{{{category}}}}")]),
     ]
 
 

@@ -49,6 +49,8 @@ ALERTS: dict[str, tuple[str, str]] = {
     "RagHitRateDrop": ("critical", "15m"),
     "RagMrrDrop": ("warning", "15m"),
     "RagFaithfulnessDrop": ("critical", "15m"),
+    "RagCoherenceDrop": ("warning", "15m"),
+    "RagToxicAnswers": ("critical", "0s"),
     "RagLatencyP95High": ("critical", "10m"),
     "RagErrorRatioHigh": ("critical", "10m"),
     "RagCostBurnHigh": ("warning", "15m"),
@@ -101,13 +103,15 @@ class Thresholds:
     hit_rate_drop: float = 0.10
     mrr_drop: float = 0.10
     faithfulness_drop: float = 0.10
+    coherence_drop: float = 0.10
     hit_rate_floor: float | None = None
     mrr_floor: float | None = None
     faithfulness_floor: float | None = None
+    coherence_floor: float | None = None
     min_queries: int = 100
     """Scored retrievals needed in the current window and in the baseline (hit rate, MRR)."""
     min_judged: int = 50
-    """Faithfulness scores needed in the current window and in the baseline."""
+    """Faithfulness (or coherence) scores needed in the current window and in the baseline."""
     faithfulness_skip_judges: tuple[str, ...] = ("lexical",)
     """``judge`` label values left out of the faithfulness alert (the offline lexical estimate)."""
     latency_p95_seconds: float = 5.0
@@ -136,11 +140,13 @@ class Thresholds:
                 raise ValueError(f"{name}: {exc}") from None
             if seconds <= 0:
                 raise ValueError(f"{name}: must be positive")
-        for name in ("hit_rate_drop", "mrr_drop", "faithfulness_drop", "max_error_ratio", "max_judge_failure_ratio"):
+        for name in (
+            "hit_rate_drop", "mrr_drop", "faithfulness_drop", "coherence_drop", "max_error_ratio", "max_judge_failure_ratio",
+        ):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name}: must be in (0, 1], got {value}")
-        for name in ("hit_rate_floor", "mrr_floor", "faithfulness_floor"):
+        for name in ("hit_rate_floor", "mrr_floor", "faithfulness_floor", "coherence_floor"):
             value = getattr(self, name)
             if value is not None and not 0 < value <= 1:
                 raise ValueError(f"{name}: must be in (0, 1] or None, got {value}")
@@ -167,6 +173,7 @@ SV = "service, variant"
 SVS = "service, variant, source"
 SVSK = "service, variant, source, k"
 SVSJ = "service, variant, source, judge"
+SVC = "service, variant, category"
 JOB_EVALUATOR = "job, evaluator"
 _FAILED = "error|timeout|invalid"
 _ATTEMPTED = "ok|error|timeout|invalid"
@@ -248,6 +255,10 @@ def _recording(t: Thresholds, windows: Sequence[str], *, alerting: bool) -> list
             f"ragmon:faithfulness:ratio_rate{w}",
             _ratio(_agg("rate", cat.FAITHFULNESS.sum, w, SVSJ), _agg("rate", cat.FAITHFULNESS.count, w, SVSJ)),
         )
+        record(
+            f"ragmon:coherence:ratio_rate{w}",
+            _ratio(_agg("rate", cat.COHERENCE.sum, w, SVSJ), _agg("rate", cat.COHERENCE.count, w, SVSJ)),
+        )
         record(f"ragmon:cost_usd:rate{w}", _agg("rate", cat.COST_USD.total, w, "service, model"))
         failed = _agg("rate", cat.JUDGE_REQUESTS.total, w, JOB_EVALUATOR, f'outcome=~"{_FAILED}"')
         attempted = _agg("rate", cat.JUDGE_REQUESTS.total, w, JOB_EVALUATOR, f'outcome=~"{_ATTEMPTED}"')
@@ -276,6 +287,13 @@ def _recording(t: Thresholds, windows: Sequence[str], *, alerting: bool) -> list
         _ratio(
             _agg("rate", cat.FAITHFULNESS.sum, b, SVSJ, offset=w),
             _agg("rate", cat.FAITHFULNESS.count, b, SVSJ, offset=w),
+        ),
+    )
+    record(
+        f"ragmon:coherence:ratio_rate{b}_offset{w}",
+        _ratio(
+            _agg("rate", cat.COHERENCE.sum, b, SVSJ, offset=w),
+            _agg("rate", cat.COHERENCE.count, b, SVSJ, offset=w),
         ),
     )
 
@@ -390,6 +408,32 @@ def _alerts(t: Thresholds, for_scale: float) -> list[dict[str, Any]]:
             f"Mean faithfulness (judge {_l('judge')}, {_l('source')} traffic)", _NUM, t.faithfulness_drop,
             t.faithfulness_floor, t.min_judged, "judged answers", t,
         ),
+    ))
+    rules.append(_alert(
+        "RagCoherenceDrop",
+        _drop_expr(
+            f"ragmon:coherence:ratio_rate{w}", f"ragmon:coherence:ratio_rate{t.baseline}_offset{w}",
+            SVSJ, t.coherence_drop, t.coherence_floor, cat.COHERENCE.count, "", SVSJ, t.min_judged, t,
+        ),
+        for_scale,
+        f"Answer coherence dropped for {svc}",
+        _drop_text(
+            f"Mean coherence (judge {_l('judge')}, {_l('source')} traffic)", _NUM, t.coherence_drop,
+            t.coherence_floor, t.min_judged, "judged answers", t,
+        ),
+    ))
+    toxic = cat.TOXIC_ANSWERS.total
+    rules.append(_alert(
+        "RagToxicAnswers",
+        # A series born with a count (its first toxic answer came before its first scrape) has no
+        # increase yet: the second term counts it while it is younger than the window.
+        f"{_agg('increase', toxic, w, SVC)} > 0\n"
+        f"or\n"
+        f"  sum by ({SVC}) ({toxic} unless {toxic} offset {w}) > 0",
+        for_scale,
+        f"Toxic answers ({_l('category')}) from {svc}",
+        f"About {_NUM} answers judged {_l('category')} at severity medium or worse over the last {w}. "
+        "Every judged toxic answer pages: look at the sampled traces now.",
     ))
     total = 'stage="total"'
     requests = _agg("increase", cat.REQUEST_DURATION.count, w, SV, total)
