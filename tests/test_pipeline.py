@@ -20,7 +20,7 @@ from ragmon.export.exporter import MAX_BUFFERED, RagMetrics
 from ragmon.model import Offer, RagRecord, Span, Trace
 from ragmon.pipeline.queue import _SLICE, Pipeline, PipelineStats
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, score_record
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, price_calls, score_record
 
 
 def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
@@ -30,6 +30,7 @@ def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
         assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
         extract=lambda trace: None,
         score=lambda record: score_record(record, (1,), pricer),
+        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=max_spans,
@@ -183,6 +184,7 @@ def test_metric_buffers_are_bounded_and_a_scrape_shows_every_value() -> None:
         assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
         extract=lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1000),
         score=lambda record: score_record(record, (1,), pricer),
+        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=10,
@@ -253,6 +255,7 @@ def _counting_pipeline(extract: object, max_spans: int = 10, max_bytes: int = 10
         assembler=TraceAssembler(grace=0.0, max_wait=10.0, max_pending=100, max_spans=1000),
         extract=extract,  # type: ignore[arg-type]
         score=lambda record: score_record(record, (1,), pricer),
+        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=max_spans,
@@ -377,6 +380,7 @@ def _recording_pipeline(
     return Pipeline(
         extract=extract,  # type: ignore[arg-type]
         score=score,  # type: ignore[arg-type]
+        price=lambda calls: price_calls(calls.calls, Pricer(), calls.start_ns),
         metrics=metrics,
         after=lambda record, scores, now: seen.append((record.trace_id, now)),
         **params,  # type: ignore[arg-type]
