@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from ragmon import __version__
 from ragmon.config import Config, parse_listen
-from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
+from ragmon.conventions import ConventionOptions, read_trace, span_selection
 from ragmon.export import server
 from ragmon.export.exporter import RagMetrics, StatsCollector, self_metrics
 from ragmon.groundtruth.prober import Probes
@@ -41,7 +41,7 @@ from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 from ragmon.receivers.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
 from ragmon.receivers.ratelog import RateLimitedLog, held_back
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import RecordScores, score_record
+from ragmon.scoring.records import RecordScores, price_calls, score_record
 
 __all__ = ["Sidecar", "run"]
 
@@ -151,8 +151,9 @@ class Sidecar:
 
         self.pipeline = Pipeline(
             assembler=self.assembler,
-            extract=lambda trace: extract_rag_record(trace, options),
+            extract=lambda trace: read_trace(trace, options),
             score=lambda record: score_record(record, cfg.scoring.k, pricer, golden, self.probes.take(record.trace_id)),
+            price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
             metrics=self.metrics,
             after=judge,
             clock=self.clock,
@@ -199,7 +200,8 @@ class Sidecar:
             ("spans received", str(sum(self.ingest.spans_received.values()))),
             ("traces pending", str(assembly.traces_pending)),
             ("requests scored", str(stats.records)),
-            ("traces ignored (no retrieval or LLM span)", str(stats.ignored)),
+            ("traces ignored (not RAG requests)", str(stats.ignored)),
+            ("of which model calls alone (tokens and cost counted)", str(stats.model_call_traces)),
             ("retrievals without relevance", str(stats.unlabelled)),
             ("judge", self.judge.mode),
             ("probes", ", ".join(p.name for p in self.probes.probers) or "none"),

@@ -26,6 +26,7 @@ __all__ = [
     "LlmCall",
     "Evaluation",
     "RagRecord",
+    "ModelCalls",
     "SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE",
     "SPAN_FLAGS_CONTEXT_IS_REMOTE",
     "Offer",
@@ -242,3 +243,15 @@ class RagRecord:
     def duration_seconds(self) -> float:
         """Wall time of the local root span."""
         return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCalls:
+    """The model calls of a finished trace that is not a RAG request: a bare instrumented
+    client's call (one trace per call, no application span), or embedding calls alone (an
+    indexing job). They count in tokens and cost only, never as a request."""
+
+    trace_id: bytes
+    service: str
+    start_ns: int
+    calls: tuple[LlmCall, ...]

@@ -31,10 +31,11 @@ from ragmon.conventions import (
     ConventionOptions,
     attribute_filter,
     extract_rag_record,
+    read_trace,
     span_selection,
 )
 from ragmon.otlp.decode import decode_json, decode_protobuf
-from ragmon.model import Evaluation, LlmCall, RagRecord, RetrievedDocument, Span, Trace
+from ragmon.model import Evaluation, LlmCall, ModelCalls, RagRecord, RetrievedDocument, Span, Trace
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -376,7 +377,99 @@ def test_llm_cost_from_parts() -> None:
         with span(tracer, "llm", 0, 1, {"openinference.span.kind": "LLM", "llm.model_name": "m", "llm.token_count.prompt": 1, "llm.cost.prompt": 0.25, "llm.cost.completion": 0.5}):
             pass
 
-    assert record(build).llm_calls == (LlmCall("m", None, 1, 0, cost_usd=0.75),)
+    calls = read_trace(decode_trace(record_spans(build)), ConventionOptions())
+    assert isinstance(calls, ModelCalls)  # a lone model call is not a RAG request
+    assert calls.calls == (LlmCall("m", None, 1, 0, cost_usd=0.75),)
+
+
+# -- traces that are not RAG requests: their model calls only ----------------------------------------
+
+
+def _read(build: Callable[[Tracer], None]) -> RagRecord | ModelCalls | None:
+    return read_trace(decode_trace(record_spans(build)), ConventionOptions())
+
+
+_BARE_CALLS = [
+    ({"gen_ai.operation.name": "chat", "gen_ai.response.model": "m", "gen_ai.usage.input_tokens": 7, "gen_ai.usage.output_tokens": 2},
+     LlmCall("m", None, 7, 2)),
+    ({"gen_ai.operation.name": "text_completion", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 7},
+     LlmCall("m", None, 7, 0)),
+    ({"gen_ai.operation.name": "embeddings", "gen_ai.request.model": "e", "gen_ai.provider.name": "openai", "gen_ai.usage.input_tokens": 5},
+     LlmCall("e", "openai", 5, 0, purpose="embedding")),
+    ({"gen_ai.operation.name": "rerank", "gen_ai.request.model": "r", "gen_ai.usage.input_tokens": 40},
+     LlmCall("r", None, 40, 0, purpose="rerank")),
+    ({"openinference.span.kind": "EMBEDDING", "embedding.model_name": "e", "llm.token_count.prompt": 9, "llm.token_count.total": 9},
+     LlmCall("e", None, 9, 0, purpose="embedding")),
+    ({"openinference.span.kind": "LLM", "llm.model_name": "m", "llm.token_count.prompt": 3, "llm.token_count.completion": 1, "llm.cost.total": 0.5},
+     LlmCall("m", None, 3, 1, cost_usd=0.5)),
+    ({"llm.request.type": "embedding", "gen_ai.request.model": "e", "gen_ai.usage.input_tokens": 4},
+     LlmCall("e", None, 4, 0, purpose="embedding")),
+    ({"llm.request.type": "chat", "gen_ai.request.model": "m"}, LlmCall("m", None, 0, 0)),  # no usage: a call all the same
+]
+
+
+@pytest.mark.parametrize(("attrs", "call"), _BARE_CALLS)
+def test_a_lone_model_call_is_its_calls_not_a_request(attrs: dict[str, Any], call: LlmCall) -> None:
+    """A bare instrumented client: one trace per call, the call span at the top (chat,
+    completion, embeddings, rerank in each convention)."""
+    def build(tracer: Tracer) -> None:
+        with span(tracer, "call", 0, 5, attrs):
+            with span(tracer, "POST /v1/x", 1, 4, {"http.method": "POST"}):  # the HTTP client span below
+                pass
+
+    got = _read(build)
+    assert isinstance(got, ModelCalls)
+    assert got.calls == (call,) and got.service == "rag-api" and got.start_ns == T0
+
+
+def test_nested_calls_of_a_bare_trace_count_once_and_a_remote_parent_keeps_it_bare() -> None:
+    remote = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True, trace_flags=TraceFlags(1))
+
+    def build(tracer: Tracer) -> None:
+        ctx = otel_trace.set_span_in_context(NonRecordingSpan(remote))
+        with tracer.start_as_current_span("complete", context=ctx, start_time=T0, attributes={"openinference.span.kind": "LLM", "llm.model_name": "m"}):
+            with span(tracer, "predict", 1, 4, {"openinference.span.kind": "LLM", "llm.model_name": "m", "llm.token_count.prompt": 6, "llm.token_count.completion": 2}):
+                pass
+
+    got = _read(build)
+    assert isinstance(got, ModelCalls) and got.calls == (LlmCall("m", None, 6, 2),)
+
+
+def test_embedding_calls_alone_are_calls_even_under_an_application_span() -> None:
+    """An indexing job: an application span around embedding calls, no retrieval."""
+    def build(tracer: Tracer) -> None:
+        with span(tracer, "index batch", 0, 50):
+            for i in range(3):
+                with span(tracer, f"embed {i}", 10 * i, 10 * i + 5, {"gen_ai.operation.name": "embeddings", "gen_ai.request.model": "e", "gen_ai.usage.input_tokens": 10 + i}):
+                    pass
+
+    got = _read(build)
+    assert isinstance(got, ModelCalls)
+    assert got.calls == tuple(LlmCall("e", None, 10 + i, 0, purpose="embedding") for i in range(3))
+
+
+def test_a_call_under_an_application_span_or_a_lost_local_parent_is_a_request() -> None:
+    """A chat call under the app's span is a request (as before); so is one whose in-process
+    parent span never arrived (not a remote parent: the app's span was lost)."""
+    def build(tracer: Tracer) -> None:
+        with span(tracer, "POST /chat", 0, 10):
+            with span(tracer, "chat", 1, 9, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 3}):
+                pass
+
+    trace = decode_trace(record_spans(build))
+    got = read_trace(trace, ConventionOptions())
+    assert isinstance(got, RagRecord) and got.llm_calls == (LlmCall("m", None, 3, 0),)
+    orphan = Trace(trace.trace_id, tuple(s for s in trace.spans if s is not trace.root), None)
+    assert isinstance(read_trace(orphan, ConventionOptions()), RagRecord)
+    assert extract_rag_record(orphan, ConventionOptions()) is not None
+
+
+def test_a_trace_without_a_model_call_is_nothing() -> None:
+    def build(tracer: Tracer) -> None:
+        with span(tracer, "GET /health", 0, 1, {"http.method": "GET"}):
+            pass
+
+    assert _read(build) is None
 
 
 # -- ragmon.* attributes, variant, errors, events ------------------------------------------------

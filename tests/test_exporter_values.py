@@ -276,3 +276,34 @@ def test_the_pipeline_counters_are_exported_as_they_stand() -> None:
     one_dropped = PipelineStats(0, 0, 0, 0, 0, 0, 0, {"trace_error": 5})
     dropped = {f.name: f for f in self_metrics(IngestStats(), AssemblyStats(), one_dropped)}
     assert [s.value for s in dropped["ragmon_dropped"].samples if s.name.endswith("_total")] == [5]
+
+
+def test_the_calls_of_a_trace_that_is_not_a_request_count_as_calls_only() -> None:
+    """``observe_calls``: tokens, cost, unpriced tokens and calls without usage, under the
+    service's (limited) label, added to what requests count; no request series; labels capped."""
+    metrics, registry = _metrics(Clock(), max_label_values=3)
+    metrics.observe(_record(1, "svc"), RecordScores((), False, (PricedCall("gpt", "generation", 100, 20, 0.25, "table"),)), 10.0)
+    metrics.observe_calls("svc", [
+        PricedCall("gpt", "generation", 10, 2, 0.5, "config"),
+        PricedCall("emb", "embedding", 7, 0, 0.125, "span"),
+        PricedCall("odd", "embedding", 3, 0, None, "unpriced"),
+        PricedCall("gpt", "generation", 0, 0, None, "no_usage"),
+    ])
+    metrics.observe_calls("", [PricedCall("emb", "embedding", 1, 0, 0.25, "config")])  # no service.name
+    metrics.observe_calls("x", [])
+    metrics.observe_calls("third", [PricedCall("emb", "embedding", 2, 0, 0.25, "config")])  # past the label cap
+    v = _scrape(registry)
+    assert _value(v, "ragmon_tokens_total", service="svc", model="gpt", token_type="input") == 110
+    assert _value(v, "ragmon_tokens_total", service="svc", model="gpt", token_type="output") == 22
+    assert _value(v, "ragmon_cost_usd_total", service="svc", model="gpt") == 0.75
+    assert _value(v, "ragmon_tokens_total", service="svc", model="emb", token_type="input") == 7
+    assert not _has(v, "ragmon_tokens_total", model="emb", token_type="output")
+    assert _value(v, "ragmon_cost_usd_total", service="svc", model="emb") == 0.125
+    assert _value(v, "ragmon_unpriced_tokens_total", model="odd") == 3
+    assert _value(v, "ragmon_llm_calls_without_usage_total", service="svc", model="gpt") == 1
+    assert _value(v, "ragmon_tokens_total", service="unknown", model="emb", token_type="input") == 1
+    assert _value(v, "ragmon_tokens_total", service=OTHER, model="emb", token_type="input") == 2
+    assert _value(v, "ragmon_traces_total", service="svc", variant="v") == 1  # the request's only
+    assert not _has(v, "ragmon_traces_total", service="unknown") and not _has(v, "ragmon_traces_total", service=OTHER)
+    assert _value(v, "ragmon_cost_usd_per_request", service="svc", variant="v", window="5m") == 0.25
+    assert _value(v, "ragmon_request_duration_seconds_count", service="svc", variant="v", stage="total") == 1

@@ -8,6 +8,7 @@ import logging
 import random
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 
 import pytest
@@ -17,10 +18,10 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.export.exporter import MAX_BUFFERED, RagMetrics
-from ragmon.model import Offer, RagRecord, Span, Trace
+from ragmon.model import LlmCall, ModelCalls, Offer, RagRecord, Span, Trace
 from ragmon.pipeline.queue import _SLICE, Pipeline, PipelineStats
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, score_record
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, price_calls, score_record
 
 
 def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
@@ -30,6 +31,7 @@ def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
         assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
         extract=lambda trace: None,
         score=lambda record: score_record(record, (1,), pricer),
+        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=max_spans,
@@ -183,6 +185,7 @@ def test_metric_buffers_are_bounded_and_a_scrape_shows_every_value() -> None:
         assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
         extract=lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1000),
         score=lambda record: score_record(record, (1,), pricer),
+        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=10,
@@ -253,6 +256,7 @@ def _counting_pipeline(extract: object, max_spans: int = 10, max_bytes: int = 10
         assembler=TraceAssembler(grace=0.0, max_wait=10.0, max_pending=100, max_spans=1000),
         extract=extract,  # type: ignore[arg-type]
         score=lambda record: score_record(record, (1,), pricer),
+        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=max_spans,
@@ -368,8 +372,8 @@ def _recording_pipeline(
 ) -> Pipeline:
     """A pipeline on the clock ``times[0]`` whose ``after`` stage records (trace id, now) of
     every scored record."""
-    metrics = RagMetrics(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: times[0])
     params: dict[str, object] = dict(
+        metrics=RagMetrics(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: times[0]),
         max_queued_spans=10_000, clock=lambda: times[0],
         assembler=TraceAssembler(grace=1.0, max_wait=100.0, max_pending=100, max_spans=10_000),
     )
@@ -377,7 +381,7 @@ def _recording_pipeline(
     return Pipeline(
         extract=extract,  # type: ignore[arg-type]
         score=score,  # type: ignore[arg-type]
-        metrics=metrics,
+        price=lambda calls: price_calls(calls.calls, Pricer(), calls.start_ns),
         after=lambda record, scores, now: seen.append((record.trace_id, now)),
         **params,  # type: ignore[arg-type]
     )
@@ -599,3 +603,32 @@ def test_on_exit_a_worker_past_its_stop_timeout_is_cancelled_and_the_loss_logged
         asyncio.run(run())
     assert "shutdown: the pipeline did not finish within 0.05s" in caplog.text
     assert pipeline.stats().ignored < 32 * _SLICE
+
+
+def test_a_trace_of_model_calls_alone_counts_its_priced_calls_and_is_not_a_request() -> None:
+    """``ModelCalls`` from extraction: priced and handed to ``observe_calls`` (not ``observe``,
+    not ``after``), counted as ignored and as a model-call trace; a request still is a record."""
+    class Calls(RagMetrics):
+        def __init__(self) -> None:
+            super().__init__(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: 0.0)
+            self.seen: list[tuple[str, tuple[PricedCall, ...]]] = []
+
+        def observe_calls(self, service: str, calls: Iterable[PricedCall]) -> None:
+            self.seen.append((service, tuple(calls)))
+            super().observe_calls(service, calls)
+
+    calls = ModelCalls(b"\x01" * 16, "svc", 0, (LlmCall("m", None, 10, 2, cost_usd=0.5), LlmCall("e", None, 4, 0, "embedding")))
+
+    def extract(trace: Trace) -> RagRecord | ModelCalls:
+        return calls if trace.trace_id[0] else RagRecord(trace.trace_id, "svc", "v", 0, 1)
+
+    seen: list[tuple[bytes, float]] = []
+    metrics = Calls()
+    pipeline = _recording_pipeline(extract, lambda record: RecordScores((), False, ()), [0.0], seen, metrics=metrics)
+    traces = [Trace(bytes([i]) * 16, (), None) for i in (1, 0, 1)]
+    asyncio.run(pipeline._process(traces, 2.0))
+    priced = (PricedCall("m", "generation", 10, 2, 0.5, "span"), PricedCall("e", "embedding", 4, 0, None, "unpriced"))
+    assert metrics.seen == [("svc", priced), ("svc", priced)]
+    assert seen == [(bytes(16), 2.0)]  # only the request reaches the judge stage
+    stats = pipeline.stats()
+    assert (stats.records, stats.ignored, stats.model_call_traces) == (1, 2, 2)

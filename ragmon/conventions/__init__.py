@@ -1,8 +1,13 @@
 """Reading RAG records out of traces: OpenInference, OpenTelemetry GenAI and OpenLLMetry.
 
-``extract_rag_record(trace, options)`` turns one assembled ``Trace`` into a ``RagRecord``, or
-``None`` when the trace has no retrieval, rerank or LLM span (embedding-only traces, such as
-indexing jobs, are ``None`` too): the caller counts those and moves on. Pure: no I/O, no clock.
+``read_trace(trace, options)`` turns one assembled ``Trace`` into a ``RagRecord`` when it is a
+RAG request: it has a retriever or reranker span, or a chat/completion call under an
+application span (a span that is not a model call). Any other trace with model calls gives
+``ModelCalls``: a bare instrumented client's call (one trace per call: the model call is the
+top span, with no parent or a remote one), embedding calls alone (an indexing job); they count
+in tokens and cost only, never as a request. A trace without a model call either is ``None``: the caller counts those and moves
+on. ``extract_rag_record`` is ``read_trace`` keeping the ``RagRecord`` only. Pure: no I/O, no
+clock.
 
 ``span_selection(options)`` is what the decoder must keep for it: span attributes
 (``attribute_filter``), resource attributes (``resource_filter``: the variant attribute) and
@@ -55,6 +60,7 @@ from ragmon.conventions._extract import (
     RELEVANCE,
     RELEVANT_IDS,
     extract_rag_record,
+    read_trace,
 )
 from ragmon.model import AttributeFilter
 from ragmon.otlp.decode import SpanSelection
@@ -66,6 +72,7 @@ __all__ = [
     "ConventionOptions",
     "attribute_filter",
     "extract_rag_record",
+    "read_trace",
     "resource_filter",
     "span_selection",
 ]

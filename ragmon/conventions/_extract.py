@@ -36,6 +36,7 @@ from ragmon.model import (
     Attributes,
     Evaluation,
     LlmCall,
+    ModelCalls,
     RagRecord,
     RetrievedDocument,
     Span,
@@ -215,6 +216,7 @@ class _Walk:
     answer_span: Span | None  # the same with an output
     evented: list[Span]  # spans with events, depth-first
     error: bool  # a span has status ERROR
+    application: bool  # a top span is not a model call, or its parent (in-process) did not arrive
 
 
 _IN0, _IN1, _IN2 = _ENTRY_INPUTS
@@ -230,7 +232,7 @@ def _walk(trace: Trace) -> _Walk:
     by_id = {s.span_id: s for s in spans}
     children: dict[bytes, list[Span]] = {}
     tops: list[Span] = []
-    error = False
+    error = application = False
     for span in spans:
         if span.error:
             error = True
@@ -286,6 +288,13 @@ def _walk(trace: Trace) -> _Walk:
                         answer_span, answer_depth = span, depth
                 if span.events:
                     evented.append(span)
+            if not depth and (
+                node is None
+                or node.span is not span
+                or node.kind not in _CALLS
+                or (span.parent_span_id and not span.has_remote_parent)  # its local parent is lost
+            ):
+                application = True
             kids = children.get(span_id)
             if kids:
                 depth += 1
@@ -302,7 +311,7 @@ def _walk(trace: Trace) -> _Walk:
             up.tokened_below = (
                 up.tokened_below or (is_call and node.usage is not None) or node.tokened_below
             )
-    return _Walk(first, nodes, query_span, answer_span, evented, error)
+    return _Walk(first, nodes, query_span, answer_span, evented, error, application)
 
 
 def _first(attributes: Attributes, keys: tuple[str, ...]) -> str | None:
@@ -445,7 +454,16 @@ def _variant(span: Span | None, attribute: str) -> str:
 
 
 def extract_rag_record(trace: Trace, options: ConventionOptions) -> RagRecord | None:
-    """Read one finished trace; None when it has no retrieval, rerank or LLM span."""
+    """Read one finished trace's RAG request; None when it is not one (``read_trace``)."""
+    read = read_trace(trace, options)
+    return read if isinstance(read, RagRecord) else None
+
+
+def read_trace(trace: Trace, options: ConventionOptions) -> RagRecord | ModelCalls | None:
+    """Read one finished trace: a ``RagRecord`` when it is a RAG request (a retriever or
+    reranker span, or a chat/completion call under an application span); else its model calls
+    (``ModelCalls``: a bare client's call, embeddings alone), counted once each as in a
+    record; else None (no model call either)."""
     spans = trace.spans
     if not spans:
         return None
@@ -472,11 +490,17 @@ def extract_rag_record(trace: Trace, options: ConventionOptions) -> RagRecord | 
             name = _STAGE_NAMES[stage]
             seconds = max(0, node.span.end_ns - node.span.start_ns) / 1e9
             stage_seconds[name] = stage_seconds.get(name, 0.0) + seconds
-    if not retrievers and not rerankers and not any(n.kind != _EMBEDDING for n in calls):
-        return None
-
     root = trace.root
     top = root if root is not None else walk.first
+    service = top.service or next((s.service for s in spans if s.service), "")
+    if not walk.application or (
+        not retrievers and not rerankers and not any(n.kind != _EMBEDDING for n in calls)
+    ):
+        counted = tuple([_llm_call(n) for n in calls if _counted(n)])
+        if not counted:
+            return None
+        start_ns = top.start_ns if root is not None else min(s.start_ns for s in spans)
+        return ModelCalls(trace.trace_id, service, start_ns, counted)
 
     chosen: _Node | None = None  # the outermost retriever listing documents (earliest if several)
     for node in retrievers:
@@ -538,7 +562,7 @@ def extract_rag_record(trace: Trace, options: ConventionOptions) -> RagRecord | 
 
     return RagRecord(
         trace_id=trace.trace_id,
-        service=top.service or next((s.service for s in spans if s.service), ""),
+        service=service,
         variant=_variant(top, options.variant_attribute),
         start_ns=top.start_ns if root is not None else min(s.start_ns for s in spans),
         end_ns=top.end_ns if root is not None else max(s.end_ns for s in spans),

@@ -258,7 +258,7 @@ SPANS_DROPPED = _assembly("spans_dropped", Kind.COUNTER, "reason")
 QUEUE_SPANS = _gauge("queue_spans", "Spans waiting in the ingest queue.")
 QUEUE_BYTES = _gauge("queue_bytes", "Approximate bytes of span data waiting in the ingest queue.", unit="bytes")
 QUEUE_CAPACITY_SPANS = _gauge("queue_capacity_spans", "Capacity of the ingest queue, in spans.")
-TRACES_IGNORED = _counter("traces_ignored", "Finished traces with no retrieval or LLM span (not RAG requests).")
+TRACES_IGNORED = _counter("traces_ignored", "Finished traces that are not RAG requests (their model calls count in tokens and cost).")
 DROPPED = _counter("dropped", "Finished traces that could not be scored, by reason.", "reason")
 TRACES_WITHOUT_CONTENT = _counter("traces_without_content", "Scored traces whose spans recorded no query or answer text.")
 

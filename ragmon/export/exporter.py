@@ -6,6 +6,10 @@ histograms (``ragmon.export.series``) and rolling windows in bulk, when the cloc
 buckets the values belong to, every ``MAX_BUFFERED`` records, and before a scrape. Every family is built at scrape time
 by custom collectors in ragmon's own registry (never the global one), which flush first and
 build one family per step (a caller may yield to the event loop between families).
+Every model call counts once in ``ragmon_tokens_total`` and ``ragmon_cost_usd_total``: a
+request's calls through ``observe``, the calls of a trace that is not a RAG request (a bare
+client's call, an indexing job's embeddings) through ``observe_calls``, which touches no
+request series.
 
 Bounds (SPEC §6, §10). Label values from traffic (service, variant, model) pass through a
 ``LabelLimiter``: cut to ``max_label_chars`` (``ragmon_label_values_truncated_total``), at most
@@ -66,7 +70,7 @@ from ragmon.receivers.ingest import (
 
 if TYPE_CHECKING:
     from ragmon.pipeline.queue import PipelineStats
-from ragmon.scoring.records import RecordScores, RetrievalScore
+from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 __all__ = [
     "GENERATION_SCORES",
@@ -443,7 +447,29 @@ class RagMetrics:
                 latency.append(stream)
             stream.values.append(seconds)
             stream.trace_ids.append(trace_id)
-        for call in scores.calls:
+        self._count_calls(service, scores.calls)
+        cost = scores.cost_usd
+        if cost is not None:
+            if sv.cost is None:
+                sv.cost = self._stream(cat.COST_USD_PER_REQUEST.name, sv.service, sv.variant, "", "", folded=sv.folded)
+            stream = sv.cost
+            if not stream.values:
+                means.append(stream)
+            stream.values.append(cost)
+        if scores.unlabelled:
+            sv.unlabelled.inc()
+        for score in scores.retrieval:
+            self._observe_retrieval(service, variant, score, trace_id)
+
+    def observe_calls(self, service: str, calls: Iterable[PricedCall]) -> None:
+        """Count the model calls of a trace that is not a RAG request (``ModelCalls``) in the
+        token, cost and unpriced counters only: no request series."""
+        self._count_calls(self.limit("service", service or "unknown"), calls)
+
+    def _count_calls(self, service: str, calls: Iterable[PricedCall]) -> None:
+        """Tokens by type, cost, unpriced tokens and calls without usage of ``service``."""
+        limit = self.limit
+        for call in calls:
             model = limit("model", call.model or "unknown")
             ms = self._models.get((service, model)) or self._model_series(service, model)
             if call.price_source == "no_usage":
@@ -457,18 +483,6 @@ class RagMetrics:
                 self.unpriced.cell((model,)).inc(call.input_tokens + call.output_tokens)
             else:
                 ms.counter("cost").inc(call.usd)
-        cost = scores.cost_usd
-        if cost is not None:
-            if sv.cost is None:
-                sv.cost = self._stream(cat.COST_USD_PER_REQUEST.name, sv.service, sv.variant, "", "", folded=sv.folded)
-            stream = sv.cost
-            if not stream.values:
-                means.append(stream)
-            stream.values.append(cost)
-        if scores.unlabelled:
-            sv.unlabelled.inc()
-        for score in scores.retrieval:
-            self._observe_retrieval(service, variant, score, trace_id)
 
     def _observe_retrieval(self, service: str, variant: str, score: RetrievalScore, trace_id: str) -> None:
         series = self._retrieval.get((service, variant, score.source)) or self._retrieval_series(

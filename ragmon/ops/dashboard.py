@@ -191,7 +191,7 @@ def _overview() -> list[Panel]:
         _stat("Hit rate@k (5m)", "Over the last 5 minutes, all replicas.", _RATIO, (_hit_rate("5m"), _LEGEND_SVSK)),
         _stat("Faithfulness (5m)", "Over the last 5 minutes, all replicas.", _RATIO,
               (_mean(cat.FAITHFULNESS, _BY_SVSJ, _SVS, "5m"), _LEGEND_SVSJ)),
-        _stat("Cost / hour", "Priced model cost of the selected services (all variants).", _USD,
+        _stat("Cost / hour", "Priced cost of every model call of the selected services (RAG or not).", _USD,
               (_per_hour(_rate(cat.COST_USD.total, "", _SERVICE)), "USD / h")),
     ]
 
@@ -201,7 +201,7 @@ def _traffic() -> list[Panel]:
     errors = _share(_rate(cat.TRACE_ERRORS.total, _BY_SV, _SV), traces)
     without_usage = _rate(cat.LLM_CALLS_WITHOUT_USAGE.total, "service, model", _SERVICE)
     gaps = [
-        (_rate(cat.TRACES_IGNORED.total), "traces with no retrieval or LLM span"),
+        (_rate(cat.TRACES_IGNORED.total), "traces that are not RAG requests"),
         (_rate(cat.TRACES_WITHOUT_CONTENT.total), "scored traces without query or answer text"),
         (_rate(cat.RETRIEVAL_UNLABELLED.total, _BY_SV, _SV), f"{_LEGEND_SV} retrievals without relevance"),
         (without_usage, "{{service}} {{model}} calls without usage"),

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ragmon.config import ReceiverConfig
-from ragmon.model import Offer, RagRecord, Span, Trace, Worker
+from ragmon.model import ModelCalls, Offer, RagRecord, Span, Trace, Worker
 from ragmon.pipeline.assembly import TraceAssembler
-from ragmon.scoring.records import RecordScores
+from ragmon.scoring.records import PricedCall, RecordScores
 
 __all__ = ["Pipeline", "PipelineStats", "RecordSink"]
 
@@ -41,6 +41,9 @@ class RecordSink(Protocol):
     def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
         """Count one scored request; must not wait."""
 
+    def observe_calls(self, service: str, calls: Sequence[PricedCall]) -> None:
+        """Count the model calls of a trace that is not a RAG request; must not wait."""
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineStats:
@@ -54,6 +57,8 @@ class PipelineStats:
     unlabelled: int
     without_content: int
     dropped: dict[str, int]
+    model_call_traces: int = 0
+    """Ignored traces whose model calls were counted (``ModelCalls``: tokens and cost only)."""
 
 
 class Pipeline(Worker):
@@ -66,8 +71,9 @@ class Pipeline(Worker):
         self,
         *,
         assembler: TraceAssembler,
-        extract: Callable[[Trace], RagRecord | None],
+        extract: Callable[[Trace], RagRecord | ModelCalls | None],
         score: Callable[[RagRecord], RecordScores],
+        price: Callable[[ModelCalls], Sequence[PricedCall]],
         metrics: RecordSink,
         after: Callable[[RagRecord, RecordScores, float], None] | None = None,
         clock: Callable[[], float],
@@ -79,6 +85,8 @@ class Pipeline(Worker):
         self._assembler = assembler
         self._extract = extract
         self._score = score
+        self._price = price
+        """Prices the model calls of a trace that is not a RAG request."""
         self._metrics = metrics
         self._after = after
         """Called with each scored record and its scores (the judge stage); must not wait."""
@@ -96,6 +104,7 @@ class Pipeline(Worker):
         self._accepting = True
         self._records = 0
         self._ignored = 0
+        self._model_call_traces = 0
         self._unlabelled = 0
         self._without_content = 0
         self._dropped: Counter[str] = Counter()
@@ -194,7 +203,10 @@ class Pipeline(Worker):
                 await asyncio.sleep(0)
             try:
                 record = self._extract(trace)
-                if record is None:
+                if record is None or isinstance(record, ModelCalls):
+                    if record is not None:  # not a request: its calls count in tokens and cost
+                        self._metrics.observe_calls(record.service, self._price(record))
+                        self._model_call_traces += 1
                     self._ignored += 1
                     continue
                 scores = self._score(record)
@@ -220,4 +232,5 @@ class Pipeline(Worker):
             unlabelled=self._unlabelled,
             without_content=self._without_content,
             dropped=dict(self._dropped),
+            model_call_traces=self._model_call_traces,
         )

@@ -1,4 +1,5 @@
-"""A finished request's scores: retrieval metrics per relevance source, and priced model calls.
+"""A finished request's scores: retrieval metrics per relevance source, and priced model calls
+(``price_calls``, also for the model calls of traces that are not RAG requests).
 
 Pure: ``score_record`` reads a ``RagRecord`` and returns a ``RecordScores``; it holds no state
 and reads no clock. The ranking scored is the one handed to generation: the reranker's output
@@ -14,12 +15,12 @@ from typing import Literal
 
 from ragmon.groundtruth.relevance import Qrels
 from ragmon.metrics import retrieval
-from ragmon.model import RagRecord
+from ragmon.model import LlmCall, RagRecord
 from ragmon.scoring.pricing import Pricer, PriceSource
 
 __all__ = [
     "ProbeLabels", "RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_judged_retrieval", "score_record",
-    "final_ranking",
+    "final_ranking", "price_calls",
 ]
 
 
@@ -154,15 +155,22 @@ def score_record(
         if score is not None:
             scores.append(score)
             labelled = True
-    calls = []
-    for call in record.llm_calls:
+    calls = price_calls(record.llm_calls, pricer, record.start_ns)
+    return RecordScores(tuple(scores), record.has_retrieval and not labelled, calls, probe)
+
+
+def price_calls(calls: Sequence[LlmCall], pricer: Pricer, start_ns: int) -> tuple[PricedCall, ...]:
+    """Price model calls made at ``start_ns`` (a RAG request's or a bare call's): the span's
+    cost attribute, else the price table, else genai-prices; ``"no_usage"`` without tokens."""
+    priced = []
+    for call in calls:
         if call.cost_usd is None and not call.input_tokens and not call.output_tokens:
-            calls.append(PricedCall(call.model, call.purpose, 0, 0, None, "no_usage"))
+            priced.append(PricedCall(call.model, call.purpose, 0, 0, None, "no_usage"))
             continue
         price = pricer.price(
             call.model, call.provider, call.input_tokens, call.output_tokens,
             cached_input_tokens=min(call.cached_input_tokens, call.input_tokens),
-            span_cost_usd=call.cost_usd, at_ns=record.start_ns or None,
+            span_cost_usd=call.cost_usd, at_ns=start_ns or None,
         )
-        calls.append(PricedCall(call.model, call.purpose, call.input_tokens, call.output_tokens, price.usd, price.source))
-    return RecordScores(tuple(scores), record.has_retrieval and not labelled, tuple(calls), probe)
+        priced.append(PricedCall(call.model, call.purpose, call.input_tokens, call.output_tokens, price.usd, price.source))
+    return tuple(priced)
