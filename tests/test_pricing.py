@@ -575,3 +575,19 @@ def test_from_config() -> None:
     assert result.source == "config"
     assert result.usd == pytest.approx(0.75)
     assert pricer.price("gpt-4o-mini", "openai", 10, 10).source == "table"
+
+
+def _modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``code``."""
+    script = f"import sys\n{code}\nprint('\\n'.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    return set(done.stdout.split())
+
+
+def test_the_price_table_is_imported_by_a_pricer_not_by_the_command_line() -> None:
+    """genai-prices takes about half a second to import: the command line (``eval``,
+    ``--version``) does not pay it, and a ``Pricer`` pays it when made, so ``ragmon run``
+    pays it at start-up, never on the event loop at the first unknown model."""
+    assert not any(m.startswith("genai_prices") for m in _modules_after("import ragmon.cli, ragmon.app"))
+    made = _modules_after("from ragmon.scoring.pricing import Pricer\nPricer()")
+    assert {"genai_prices.data", "genai_prices.data_snapshot", "genai_prices.types"} <= made

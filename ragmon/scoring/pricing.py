@@ -43,13 +43,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Final, Literal, TypeAlias
-
-from genai_prices.data import providers as _BUNDLED_PROVIDERS
-from genai_prices.data_snapshot import DataSnapshot
-from genai_prices.types import ModelInfo, ModelPrice, Provider, TieredPrices, Usage
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from ragmon.config import Config, Price
+
+if TYPE_CHECKING:
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelInfo, ModelPrice, Provider
+
+# genai-prices is imported where it is first used (its table takes about half a second to
+# import): a ``Pricer`` imports it when made, so ``ragmon run`` pays at start-up, never on the
+# loop, and commands that price nothing (``ragmon eval`` on JSONL, ``--version``) never do.
 
 __all__ = ["PriceResult", "PriceSource", "Pricer"]
 
@@ -147,6 +151,8 @@ def _package_total(
     model_price: ModelPrice, input_tokens: int, cached: int, output_tokens: int
 ) -> Decimal:
     """genai-prices' own total for this usage (``input_tokens`` includes ``cached``)."""
+    from genai_prices.types import Usage
+
     usage = Usage(input_tokens=input_tokens, cache_read_tokens=cached, output_tokens=output_tokens)
     return model_price.calc_price(usage)["total_price"]
 
@@ -171,6 +177,8 @@ def _fit_piece(model_price: ModelPrice, lo: int, hi: int) -> _Piece | None:
 
 def _compile(model_price: ModelPrice) -> _Compiled | None:
     """Turn a genai-prices price into per-token rates; ``None`` when it is not affine per tier."""
+    from genai_prices.types import TieredPrices
+
     starts = sorted(
         {
             tier.start
@@ -217,6 +225,8 @@ class _TableRate:
     __slots__ = ("_by_price", "_default_at", "_fixed", "_matched", "_model")
 
     def __init__(self, provider: Provider, model: ModelInfo, default_at: datetime) -> None:
+        from genai_prices.types import ModelPrice
+
         self._model = model
         self._matched = f"{provider.id}:{model.id}"
         self._default_at = default_at
@@ -384,8 +394,11 @@ class Pricer:
 
     def _new_snapshot(self) -> DataSnapshot:
         """Our own snapshot of the bundled data, never the process-global (auto-updatable) one."""
+        from genai_prices.data import providers
+        from genai_prices.data_snapshot import DataSnapshot
+
         return DataSnapshot(
-            providers=_BUNDLED_PROVIDERS, from_auto_update=False, timestamp=_SNAPSHOT_TIME
+            providers=providers, from_auto_update=False, timestamp=_SNAPSHOT_TIME
         )
 
     def _find_in_package(
