@@ -23,7 +23,7 @@ from typing import Any, Self
 
 from ragmon.errors import ConfigError
 from ragmon.groundtruth.jsonpath import parse_path
-from ragmon.judge.prompts import EVALUATORS
+from ragmon.model import EVALUATORS
 
 __all__ = [
     "Config",

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal, Self, TypeAlias
+from typing import Final, Literal, Self, TypeAlias
 
 __all__ = [
     "AttrValue",
@@ -31,6 +31,8 @@ __all__ = [
     "SPAN_FLAGS_CONTEXT_IS_REMOTE",
     "Offer",
     "Worker",
+    "Evaluator",
+    "EVALUATORS",
 ]
 
 AttrValue: TypeAlias = "str | bool | int | float | bytes | tuple[AttrValue, ...] | None"
@@ -42,6 +44,20 @@ SPAN_FLAGS_CONTEXT_IS_REMOTE = 0x200
 """OTLP span flags bit: the parent span lives in another process."""
 SPAN_KIND_SERVER = 2
 SPAN_KIND_CONSUMER = 5
+
+
+Evaluator: TypeAlias = Literal[
+    "faithfulness", "answer_relevance", "context_relevance", "answer_correctness", "coherence", "toxicity"
+]
+EVALUATORS: Final[tuple[Evaluator, ...]] = (
+    "faithfulness",
+    "answer_relevance",
+    "context_relevance",
+    "answer_correctness",
+    "coherence",
+    "toxicity",
+)
+"""The judge's evaluators, in canonical order (the one list: config and the judge read it)."""
 
 
 class Offer(enum.Enum):

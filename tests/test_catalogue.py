@@ -12,7 +12,7 @@ import pytest
 
 from ragmon.app import Sidecar
 from ragmon.config import Config
-from ragmon.export.catalogue import CATALOGUE, Family, Kind, by_sample
+from ragmon.catalogue import CATALOGUE, Family, Kind, by_sample
 from ragmon.ops.dashboard import dashboard
 from ragmon.ops.rules import Thresholds, rule_groups
 

@@ -29,7 +29,7 @@ from test_sidecar import scrape, wait_for
 from test_sidecar_judge import ANSWER, DOCS, running
 
 from ragmon.config import JudgeConfig, ProbeConfig
-from ragmon.export.catalogue import CATALOGUE
+from ragmon.catalogue import CATALOGUE
 from ragmon.ops.dashboard import UID, main, render_dashboard
 
 ROOT = Path(__file__).resolve().parent.parent

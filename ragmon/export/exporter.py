@@ -42,8 +42,8 @@ from prometheus_client.registry import Collector
 
 from ragmon import __version__
 from ragmon.config import MetricsConfig
-from ragmon.export import catalogue as cat
-from ragmon.export.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family, by_sample
+from ragmon import catalogue as cat
+from ragmon.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family, by_sample
 from ragmon.export.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
 from ragmon.export.series import (
     Cell,

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
-from ragmon.model import RagRecord, RetrievedDocument
+from ragmon.model import EVALUATORS, Evaluator, RagRecord, RetrievedDocument
 
 __all__ = [
     "COHERENCE_CHECKS",
@@ -43,17 +43,6 @@ __all__ = [
     "neutralize",
 ]
 
-Evaluator: TypeAlias = Literal[
-    "faithfulness", "answer_relevance", "context_relevance", "answer_correctness", "coherence", "toxicity"
-]
-EVALUATORS: Final[tuple[Evaluator, ...]] = (
-    "faithfulness",
-    "answer_relevance",
-    "context_relevance",
-    "answer_correctness",
-    "coherence",
-    "toxicity",
-)
 """Every evaluator, in canonical order: the one list (``judge.evaluators`` is checked against it)."""
 COHERENCE_CHECKS: Final[dict[str, str]] = {
     "logical_order": "its ideas come in a logical order, each following from what came before",

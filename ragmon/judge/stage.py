@@ -27,7 +27,7 @@ from typing import Final
 from prometheus_client.metrics_core import Metric
 
 from ragmon.config import JudgeConfig
-from ragmon.export import catalogue as cat
+from ragmon import catalogue as cat
 from ragmon.export.exporter import GENERATION_SCORES, RagMetrics
 from ragmon.judge.breaker import BreakerState
 from ragmon.judge.client import JudgeClient, endpoint_from_config

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ragmon.export import catalogue as cat
-from ragmon.export.catalogue import Family
+from ragmon import catalogue as cat
+from ragmon.catalogue import Family
 from ragmon.ops.rules import RUNBOOK_URL
 
 __all__ = ["UID", "dashboard", "main", "render_dashboard"]

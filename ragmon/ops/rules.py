@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from ragmon.export import catalogue as cat
+from ragmon import catalogue as cat
 
 __all__ = [
     "ALERTS",

@@ -34,7 +34,7 @@ from enum import StrEnum
 from typing import Literal, NamedTuple
 
 from ragmon.config import TracesConfig
-from ragmon.export import catalogue as cat
+from ragmon import catalogue as cat
 from ragmon.model import Span, Trace
 
 __all__ = [

@@ -29,7 +29,7 @@ from aiohttp.http import HttpProcessingError
 from prometheus_client.core import Metric
 
 from ragmon.config import ReceiverConfig
-from ragmon.export import catalogue as cat
+from ragmon import catalogue as cat
 from ragmon.receivers.ratelog import RateLimitedLog, format_peer
 
 __all__ = ["BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS"]
