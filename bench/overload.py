@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import math
 import multiprocessing
-import os
 import pickle
 import re
 import statistics
@@ -255,15 +254,6 @@ def load_process(conn: Connection, args: dict[str, Any], traffic_path: str) -> N
         conn.close()
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of ``pid`` (``/proc/PID/stat``)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def healthz_seconds(port: int) -> float:
     """Seconds ``GET /healthz`` took (``inf`` when it failed)."""
@@ -311,7 +301,7 @@ def run(args: argparse.Namespace) -> int:
                 time.sleep(0.05)
             pid = server.proc.pid
             rss: list[tuple[float, float]] = []
-            cpu0 = cpu_seconds(pid) or 0.0
+            cpu0 = ingest.cpu_seconds(pid) or 0.0
             m0 = ingest.scrape(ports["metrics"])
             idle_rss = ingest.rss_mb(pid) or math.nan
             ctx = multiprocessing.get_context("spawn")
@@ -350,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
                     caught = time.monotonic() - load_end
                     break
                 time.sleep(0.2)
-            cpu = (cpu_seconds(pid) or 0.0) - cpu0
+            cpu = (ingest.cpu_seconds(pid) or 0.0) - cpu0
             final = _totals(ingest.scrape(ports["metrics"]))
             if caught is None:
                 problems.append("ragmon did not score everything it acknowledged in time")

@@ -10,9 +10,7 @@ made by opentelemetry-util-genai's ``TelemetryHandler.retrieval()``.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
@@ -34,6 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util.genai.handler import TelemetryHandler
+from fake_openai import fake_openai
 from test_conventions import decode_trace
 
 from ragmon.conventions import ConventionOptions, extract_rag_record
@@ -199,34 +198,10 @@ _EMBEDDINGS = {
 }
 
 
-class _OpenAIHandler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        body = json.dumps(_EMBEDDINGS if self.path.endswith("/embeddings") else _CHAT).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def openai_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpenAIHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with fake_openai(lambda path, _: _EMBEDDINGS if path.endswith("/embeddings") else _CHAT, monkeypatch) as url:
+        yield url
 
 
 @pytest.fixture

@@ -13,10 +13,7 @@ from the configured ``[pricing]`` table, so every cost is known exactly.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import openai
@@ -26,6 +23,7 @@ from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from fake_openai import fake_openai as serve_openai
 from opentelemetry.util.genai.handler import TelemetryHandler
 from server_helpers import sidecar_thread
 from test_sidecar import FakeClock, samples, scrape, value, wait_for
@@ -47,50 +45,26 @@ REQUEST_FAMILIES = (
 """Series that stand for RAG requests: none of them for a trace that is not one."""
 
 
-class _Handler(BaseHTTPRequestHandler):
+def _reply(path: str, request: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's chat.completion / embeddings list shapes for the requested model, fixed usage."""
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
-        model = request["model"]
-        reply: dict[str, Any]
-        if self.path.endswith("/embeddings"):
-            reply = {
-                "object": "list", "model": model,
-                "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2, 0.3]}],
-                "usage": {"prompt_tokens": EMBED_IN, "total_tokens": EMBED_IN},
-            }
-        else:
-            reply = {
-                "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": CHAT_IN, "completion_tokens": CHAT_OUT, "total_tokens": CHAT_IN + CHAT_OUT},
-            }
-        body = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+    model = request["model"]
+    if path.endswith("/embeddings"):
+        return {
+            "object": "list", "model": model,
+            "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2, 0.3]}],
+            "usage": {"prompt_tokens": EMBED_IN, "total_tokens": EMBED_IN},
+        }
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": CHAT_IN, "completion_tokens": CHAT_OUT, "total_tokens": CHAT_IN + CHAT_OUT},
+    }
 
 
 @pytest.fixture
 def fake_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serve_openai(_reply, monkeypatch) as url:
+        yield url
 
 
 @pytest.fixture
