@@ -141,6 +141,7 @@ class Sidecar:
         )
         self.assembler = TraceAssembler.from_config(cfg.traces)
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
+        self._golden = golden
         pricer = Pricer.from_config(cfg)
         self.judge = JudgeStage(cfg.judge, self.metrics, pricer, self.clock, self.environ)
         self.probes = Probes.from_config(cfg, self.clock)
@@ -220,6 +221,8 @@ class Sidecar:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    summary: list[str] = field(default_factory=list, init=False)
+    """What ``start`` set up, for the one start-up log line: where it listens, what is on or off."""
     _life: _Lifecycle = field(default_factory=_Lifecycle, init=False, repr=False)
     """Listeners, shutdown state and connection counters (set up by ``start``)."""
 
@@ -241,12 +244,14 @@ class Sidecar:
         life.caps = connection_caps(cfg, _open_files_limit())
         self.registry.register(StatsCollector(life.listeners.collect))
         await self._workers.enter_async_context(self.judge)
-        log.info("judge: %s", self.judge.mode)
         await self._workers.enter_async_context(self.pipeline)
+        summary = self.summary
         metrics_address = parse_listen(cfg.metrics.listen)
         if metrics_address is not None:
             self.ports.metrics = await self._serve(self.metrics_app(), metrics_address)
-            log.info("metrics on %s:%d", metrics_address[0], self.ports.metrics)
+            summary.append(f"metrics on {metrics_address[0]}:{self.ports.metrics}")
+        else:
+            summary.append("metrics off")
         limits = ListenerLimits.from_config(cfg.receiver, life.caps[0])
         gate = IngestGate()  # shared: at most its slots of requests are worked on at once, whatever the protocol
         http_address = parse_listen(cfg.receiver.http)
@@ -256,17 +261,26 @@ class Sidecar:
                 limits=limits, listeners=life.listeners, log=life.log, gate=gate,
             )
             self.ports.http = life.http.port
-            log.info("OTLP/HTTP on %s:%d", http_address[0], life.http.port)
+            summary.append(f"OTLP/HTTP on {http_address[0]}:{life.http.port}")
+        else:
+            summary.append("OTLP/HTTP off")
         grpc_address = parse_listen(cfg.receiver.grpc)
         if grpc_address is not None:
             life.grpc, port = await otlp_grpc.start(
                 *grpc_address, self.receiver_settings, self.pipeline, self.ingest, limits=limits, log=life.log, gate=gate,
             )
             self.ports.grpc = port
-            log.info("OTLP/gRPC on %s:%d", grpc_address[0], port)
+            summary.append(f"OTLP/gRPC on {grpc_address[0]}:{port}")
+        else:
+            summary.append("OTLP/gRPC off")
+        summary.append(f"ingest token {'required' if cfg.receiver.token else 'off'}, "
+                       f"metrics token {'required' if cfg.metrics.token else 'off'}")
+        summary.append(f"judge {self.judge.describe()}")
+        summary.append(f"golden set {cfg.scoring.golden} ({len(self._golden.by_text)} queries)" if self._golden is not None
+                       else "no golden set")
         await self.probes.start()
-        for prober in self.probes.probers:
-            log.info("probe %s: %d queries every %s", prober.name, len(prober.queries), prober.interval)
+        probes = [f"{p.name} ({len(p.queries)} queries every {p.interval:g}s)" for p in self.probes.probers]
+        summary.append(f"probes {', '.join(probes)}" if probes else "no probes")
 
     async def stop_ingest(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Stop probing and accepting OTLP: listening sockets closed, new requests answered 503
@@ -347,7 +361,7 @@ def _on_loop_error(limiter: RateLimitedLog) -> Callable[[asyncio.AbstractEventLo
     return handle
 
 
-async def _run(config: Config) -> int:
+async def _run(config: Config, files: str = "") -> int:
     stopping, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
 
@@ -363,7 +377,7 @@ async def _run(config: Config) -> int:
     except BaseException:
         await sidecar.stop()
         raise
-    log.info("ragmon %s running", __version__)
+    log.info("ragmon %s running: %s", __version__, "; ".join([*sidecar.summary, *([files] if files else [])]))
     worker = sidecar.worker
     signalled = asyncio.create_task(stopping.wait())
     await asyncio.wait({signalled, *([worker] if worker else [])}, return_when=asyncio.FIRST_COMPLETED)
@@ -420,8 +434,9 @@ def connection_caps(config: Config, open_files: int | None) -> tuple[int, int]:
     return receiver_cap, metrics_cap
 
 
-def raise_open_files_limit() -> None:
-    """Raise the soft limit on open files to the hard limit (connections are files); log it."""
+def raise_open_files_limit() -> str:
+    """Raise the soft limit on open files to the hard limit (connections are files); says what
+    it is now, for the start-up line (a failure is logged as a warning)."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         target = _NR_OPEN if hard == resource.RLIM_INFINITY else hard  # the kernel caps "unlimited"
@@ -429,10 +444,10 @@ def raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     except (ValueError, OSError) as exc:
         log.warning("cannot raise the open-file limit: %s", exc)
-        return
+        return f"open-file limit {_open_files_limit() or 'unlimited'}"
     now = _open_files_limit()
     shown = "unlimited" if now is None else str(now)
-    log.info("open-file limit %s", shown if now == soft else f"raised from {soft} to {shown}")
+    return f"open-file limit {shown if now == soft else f'raised from {soft} to {shown}'}"
 
 
 GC_YOUNG_THRESHOLD = 50_000
@@ -453,5 +468,5 @@ def tune_gc() -> None:
 def run(config: Config) -> int:
     """``ragmon run``: serve until SIGTERM or SIGINT; returns the exit code."""
     tune_gc()
-    raise_open_files_limit()
-    return asyncio.run(_run(config))
+    files = raise_open_files_limit()
+    return asyncio.run(_run(config, files))

@@ -59,6 +59,7 @@ def _build_parser() -> _Parser:
     run = commands.add_parser("run", help="run the sidecar: OTLP receivers, scoring, /metrics", description="Run the sidecar: OTLP/HTTP and OTLP/gRPC receivers, trace assembly, scoring and the Prometheus endpoint. Runs with no configuration file; stops cleanly on SIGTERM.")
     run.add_argument("--config", metavar="FILE", help="TOML configuration (default: $RAGMON_CONFIG, else built-in defaults)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)")
+    run.add_argument("--log-format", default="text", choices=["text", "json"], help="log lines as text or one JSON object each, for log shippers (default text)")
     chk = commands.add_parser("check-config", help="validate a configuration file", description="Validate a TOML configuration: print each problem with its key; exit 2 on error.")
     chk.add_argument("file", metavar="FILE")
     return parser
@@ -73,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"ragmon run: error: {exc.source}: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     try:
         return run(config)
     except (OSError, ValueError) as exc:  # a busy port; a value only the running parts can check
@@ -100,12 +101,25 @@ def file_problems(config: Config) -> list[str]:
     return problems
 
 
-def configure_logging(level: str) -> None:
-    """ragmon's log lines on stderr at ``level``; the judge's client libraries at WARNING at
-    least (``QUIET_LOGGERS``: their lower levels carry request bodies, headers and URLs)."""
+def configure_logging(level: str, form: str = "text") -> None:
+    """ragmon's log lines on stderr at ``level``, as text or (``form="json"``) one JSON object a
+    line with ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` (and ``exc_info`` with a traceback);
+    the judge's client libraries at WARNING at least (``QUIET_LOGGERS``: their lower levels
+    carry request bodies, headers and URLs)."""
     import logging
 
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    if form == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(JsonFormatter(
+            "%(levelname)s %(name)s %(message)s",
+            rename_fields={"levelname": "level", "name": "logger"},
+            timestamp="time",  # ISO 8601, UTC
+        ))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
 

@@ -57,8 +57,7 @@ class RagmonProcess:
         for line in self.process.stderr:
             with self._changed:
                 self.lines.append(line)
-                match = PORT_LINE.search(line)
-                if match:
+                for match in PORT_LINE.finditer(line):
                     self.ports[match.group(1)] = int(match.group(3))
                 self._changed.notify_all()
 

@@ -33,8 +33,7 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], dict[str, int]]:
         line = process.stderr.readline()
         if not line:
             break
-        match = PORT_LINE.search(line)
-        if match:
+        for match in PORT_LINE.finditer(line):
             ports[match.group(1)] = int(match.group(3))
     return process, ports
 
@@ -134,3 +133,44 @@ def test_run_on_a_busy_port_exits_2_with_one_line(tmp_path: Path, receiver: str)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("ragmon run: error:")
+
+
+def test_one_start_up_line_says_what_listens_and_what_is_off(tmp_path: Path) -> None:
+    config = tmp_path / "ragmon.toml"
+    config.write_text('[receiver]\nhttp = "127.0.0.1:0"\ngrpc = ""\ntoken = "s3cret"\n[judge]\nenabled = false\n'
+                      '[metrics]\nlisten = "127.0.0.1:0"\nlinger = "0s"\n')
+    with RagmonProcess("--config", str(config), expect=2) as ragmon:
+        try:
+            assert ragmon.wait_for(lambda: "running:" in ragmon.stderr, 15), ragmon.stderr
+            before = ragmon.stderr
+        finally:
+            assert ragmon.stop() == 0
+    lines = before.splitlines()
+    assert len(lines) == 1, before  # everything about the start is in the one line
+    head, _, facts = lines[0].partition(": ragmon ")[2].partition(" running: ")
+    assert facts.split("; ") == [
+        f"metrics on 127.0.0.1:{ragmon.ports['metrics']}",
+        f"OTLP/HTTP on 127.0.0.1:{ragmon.ports['OTLP/HTTP']}",
+        "OTLP/gRPC off",
+        "ingest token required, metrics token off",
+        "judge lexical (judge.enabled = false)",
+        "no golden set",
+        "no probes",
+        facts.split("; ")[-1],
+    ], facts
+    assert re.fullmatch(r"open-file limit (\d+|unlimited|raised from \d+ to (\d+|unlimited))", facts.split("; ")[-1])
+
+
+def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:
+    import json
+
+    config = config_file(tmp_path, "[metrics]\nlinger = \"0s\"\n")
+    with RagmonProcess("--config", config, "--log-format", "json") as ragmon:
+        assert ragmon.ports.keys() == {"metrics", "OTLP/HTTP", "OTLP/gRPC"}, ragmon.stderr
+        assert ragmon.stop() == 0
+    records = [json.loads(line) for line in ragmon.stderr.splitlines()]
+    assert len(records) >= 3 and all(set(r) == {"time", "level", "logger", "message"} for r in records), records
+    assert records[0]["level"] == "INFO" and records[0]["logger"] == "ragmon"
+    assert records[0]["message"].startswith("ragmon ") and " running: metrics on 127.0.0.1:" in records[0]["message"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+\+00:00", records[0]["time"]), records[0]
+    assert records[-1]["message"].startswith("stopped in ")

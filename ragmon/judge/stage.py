@@ -93,6 +93,14 @@ class JudgeStage(Worker):
         """``llm`` with an endpoint, else ``lexical``."""
         return "llm" if self.judge is not None else "lexical"
 
+    def describe(self) -> str:
+        """The judge's mode and why, for the start-up log line."""
+        if self.judge is not None:
+            return f"llm (model {self._config.model}, sample rate {self._config.sample_rate:g})"
+        if self._config.enabled is False:
+            return "lexical (judge.enabled = false)"
+        return f"lexical (no endpoint: set [judge] base_url or {self._config.api_key_env})"
+
     def notes(self) -> list[str]:
         """Why configured generation scores are absent, for the status page (empty when none is)."""
         if self.judge is not None:
