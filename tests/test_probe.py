@@ -436,6 +436,18 @@ def test_probe_labels_give_the_judge_the_response_answer_and_the_reference() -> 
     assert joined.answer == "response answer" and joined.reference_answer == "the reference"
 
 
+def test_probe_labels_replace_the_record_when_only_one_of_answer_and_reference_changes() -> None:
+    """The record is kept as is only when both the answer and the reference are unchanged."""
+    from ragmon.model import RagRecord
+
+    record = RagRecord(b"t" * 16, "svc", "default", 0, 1, answer="trace answer", reference_answer="trace reference")
+    answered = ProbeLabels("p", None, "probe reference", None, "response answer").apply(record)
+    assert (answered.answer, answered.reference_answer) == ("response answer", "trace reference")
+    bare = RagRecord(b"t" * 16, "svc", "default", 0, 1, answer="trace answer")
+    referenced = ProbeLabels("p", None, "probe reference").apply(bare)
+    assert (referenced.answer, referenced.reference_answer) == ("trace answer", "probe reference")
+
+
 def test_golden_queries_file(tmp_path: Path) -> None:
     path = tmp_path / "g.jsonl"
     path.write_text('{"query": "a", "relevance": {"d1": 2}, "reference_answer": "r"}\n\n{"query": "b"}\n')

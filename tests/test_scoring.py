@@ -12,6 +12,8 @@ from hypothesis import given
 from strategies import SETTINGS, graded_relevance, rankings
 
 from ragmon.config import Price
+from ragmon.groundtruth.relevance import Qrels
+from ragmon.groundtruth.text import normalize_query
 from ragmon.metrics import retrieval
 from ragmon.model import LlmCall, RagRecord, RetrievedDocument
 from ragmon.scoring.pricing import Pricer
@@ -82,6 +84,26 @@ def test_a_probe_response_ranking_is_scored_without_retrieval_spans() -> None:
     assert [(s.source, s.reciprocal_rank, s.hit) for s in scores.retrieval] == [("probe", 0.5, {1: 0.0, 2: 1.0})]
     assert scores.probe is probe
     assert scores.unlabelled is False
+
+
+def test_without_a_response_ranking_the_probe_scores_the_ranking_handed_to_generation() -> None:
+    """A probe with labels but no ``response_ids`` scores the trace's final (reranked) ranking."""
+    record = _record(retrieved=_docs("a", "x"), reranked=_docs("x", "a"), has_retrieval=True)
+    scores = score_record(record, (1, 2), NO_TABLE, probe=ProbeLabels("p1", {"a": 1}))
+    assert [(s.source, s.reciprocal_rank, s.hit) for s in scores.retrieval] == [("probe", 0.5, {1: 0.0, 2: 1.0})]
+
+
+def test_a_golden_set_labels_a_record_by_its_query_text() -> None:
+    """Source ``golden``: the golden set's labels of the record's query, matched by normalized
+    text; a query the set does not know, or no query, leaves the record unlabelled."""
+    golden = Qrels(by_text={normalize_query("What is RAG?"): {"a": 1}})
+    record = _record(query="  what is  RAG?", retrieved=_docs("x", "a"), has_retrieval=True)
+    scores = score_record(record, (1, 2), NO_TABLE, golden=golden)
+    assert [(s.source, s.reciprocal_rank, s.hit) for s in scores.retrieval] == [("golden", 0.5, {1: 0.0, 2: 1.0})]
+    assert scores.unlabelled is False
+    for other in (replace(record, query="what is BM25?"), replace(record, query=None)):
+        unknown = score_record(other, (1, 2), NO_TABLE, golden=golden)
+        assert unknown.retrieval == () and unknown.unlabelled is True
 
 
 def test_a_call_without_usage_is_listed_and_the_calls_after_it_priced() -> None:

@@ -16,6 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from aiohttp import ClientSession, web
+from aiohttp.test_utils import TestServer
 from otel_helpers import record_spans, to_protobuf
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
@@ -28,7 +30,7 @@ from test_sidecar import FakeClock
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 from ragmon.export.exporter import RagMetrics
-from ragmon.export.server import gzip_accepted
+from ragmon.export.server import gzip_accepted, metrics_app, status_html
 
 TOKEN = "s3cret-token"
 
@@ -101,6 +103,37 @@ def test_a_non_utf8_authorization_header_is_refused_not_an_error(guarded: Sideca
             assert _raw_status(port, request) == 401
     ok = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\nConnection: close\r\n\r\n"
     assert _raw_status(port, ok) == 200
+
+
+def _app_get(app: web.Application, path: str) -> tuple[int, str, str]:
+    """GET ``path`` of ``app`` on a test server: (status, Content-Type as sent, body)."""
+
+    async def get() -> tuple[int, str, str]:
+        async with TestServer(app) as server, ClientSession() as session:
+            async with session.get(server.make_url(path)) as response:
+                return response.status, response.headers["Content-Type"], await response.text()
+
+    return asyncio.run(get())
+
+
+def test_readyz_answers_503_not_running_until_ready() -> None:
+    app = metrics_app(CollectorRegistry(), token="", status_page=lambda: "", ready=lambda: False)
+    assert _app_get(app, "/readyz") == (503, "text/plain; charset=utf-8", "not running\n")
+    app = metrics_app(CollectorRegistry(), token="", status_page=lambda: "", ready=lambda: True)
+    assert _app_get(app, "/readyz") == (200, "text/plain; charset=utf-8", "ready\n")
+
+
+def test_the_status_page_is_html_with_its_rows_and_notes_escaped() -> None:
+    rows = [("queue", "3 <spans>"), ("a&b", "ok")]
+    notes = ["no judge: set <endpoint>", "second note"]
+    page = status_html(rows, notes)
+    assert page == (
+        "<!doctype html><title>ragmon</title><h1>ragmon</h1><table>"
+        "<tr><th>queue</th><td>3 &lt;spans&gt;</td></tr><tr><th>a&amp;b</th><td>ok</td></tr></table>"
+        "<p>no judge: set &lt;endpoint&gt;</p><p>second note</p><p><a href='/metrics'>/metrics</a></p>\n"
+    )
+    app = metrics_app(CollectorRegistry(), token="", status_page=lambda: page, ready=lambda: True)
+    assert _app_get(app, "/") == (200, "text/html; charset=utf-8", page)
 
 
 # -- the scrape's bytes ---------------------------------------------------------------------
@@ -208,7 +241,8 @@ def test_a_library_handler_that_awaits_is_refused_not_left_half_run() -> None:
         return web.Response(text="x")
 
     request = make_mocked_request("GET", "/metrics")
-    with pytest.raises(RuntimeError, match="awaited"):
+    message = "prometheus_client's aiohttp handler awaited: it cannot run in a worker thread"
+    with pytest.raises(RuntimeError, match=f"^{re.escape(message)}$"):
         _render(waits, request)
     assert _render(answers, request).status == 200
 
