@@ -29,7 +29,7 @@ from ragmon import __version__
 from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, read_trace, span_selection
 from ragmon.export import server
-from ragmon.export.exporter import RagMetrics, StatsCollector, self_metrics
+from ragmon.export.exporter import RagMetrics, StatsCollector
 from ragmon.groundtruth.prober import Probes
 from ragmon.groundtruth.relevance import Qrels, read_qrels
 from ragmon.judge.stage import JudgeStage
@@ -163,9 +163,10 @@ class Sidecar:
         )
         selection = dataclasses.replace(span_selection(options), max_value_chars=cfg.receiver.max_attribute_chars)
         self.receiver_settings = ReceiverSettings(selection, cfg.receiver.max_body_bytes, cfg.receiver.token)
-        self.registry.register(
-            StatsCollector(lambda: self_metrics(self.ingest, self.assembler.stats(), self.pipeline.stats()))
-        )
+        # each stage reports its own counters, collected at scrape time
+        self.registry.register(StatsCollector(self.ingest.collect))
+        self.registry.register(StatsCollector(lambda: self.assembler.stats().collect()))
+        self.registry.register(StatsCollector(lambda: self.pipeline.stats().collect()))
         self.registry.register(StatsCollector(self.judge.collect))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))

@@ -15,13 +15,11 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from server_helpers import scrape
 from test_metrics_bounds import Samples, parse
 
-from ragmon.pipeline.assembly import AssemblyStats
-from ragmon.export.exporter import RagMetrics, self_metrics
+from ragmon.export.exporter import RagMetrics
 from ragmon.export.labels import OTHER
 from ragmon.export.server import gzip_accepted
 from ragmon.model import RagRecord
 from ragmon.pipeline.queue import PipelineStats
-from ragmon.receivers.ingest import IngestStats
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 KS = (1, 3)
@@ -262,7 +260,7 @@ def test_the_pipeline_counters_are_exported_as_they_stand() -> None:
         queued_spans=3, max_queued_spans=100, queued_bytes=640, records=9, ignored=2, unlabelled=1,
         without_content=4, dropped={},
     )
-    families = {f.name: f for f in self_metrics(IngestStats(), AssemblyStats(), stats)}
+    families = {f.name: f for f in stats.collect()}
     values = {
         name: [(s.labels, s.value) for s in f.samples if s.name.endswith(("_total", "_spans", "_bytes"))]
         for name, f in families.items()
@@ -274,7 +272,7 @@ def test_the_pipeline_counters_are_exported_as_they_stand() -> None:
     assert values["ragmon_queue_bytes"] == [({}, 640)]
     assert values["ragmon_queue_capacity_spans"] == [({}, 100)]
     one_dropped = PipelineStats(0, 0, 0, 0, 0, 0, 0, {"trace_error": 5})
-    dropped = {f.name: f for f in self_metrics(IngestStats(), AssemblyStats(), one_dropped)}
+    dropped = {f.name: f for f in one_dropped.collect()}
     assert [s.value for s in dropped["ragmon_dropped"].samples if s.name.endswith("_total")] == [5]
 
 

@@ -311,10 +311,9 @@ def test_a_trace_that_fails_is_counted_and_the_worker_goes_on() -> None:
 
     pipeline, metrics = _counting_pipeline(extract)
     registry = CollectorRegistry()
-    from ragmon.export.exporter import StatsCollector, self_metrics
-    from ragmon.receivers.ingest import IngestStats
+    from ragmon.export.exporter import StatsCollector
 
-    registry.register(StatsCollector(lambda: self_metrics(IngestStats(), pipeline._assembler.stats(), pipeline.stats())))
+    registry.register(StatsCollector(lambda: pipeline.stats().collect()))
 
     async def run() -> None:
         worker = asyncio.create_task(pipeline.run())

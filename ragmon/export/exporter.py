@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics_core import (
-    CounterMetricFamily,
     GaugeMetricFamily,
     Metric,
 )
@@ -43,7 +42,7 @@ from prometheus_client.registry import Collector
 from ragmon import __version__
 from ragmon.config import MetricsConfig
 from ragmon import catalogue as cat
-from ragmon.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family, by_sample
+from ragmon.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family
 from ragmon.export.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
 from ragmon.export.series import (
     Cell,
@@ -61,15 +60,9 @@ from ragmon.metrics.windows import (
     WindowStore,
 )
 from ragmon.model import RagRecord
-from ragmon.pipeline.assembly import AssemblyStats
-from ragmon.receivers.ingest import (
-    REQUEST_REJECT_REASONS,
-    SPAN_REJECT_REASONS,
-    IngestStats,
-)
 
 if TYPE_CHECKING:
-    from ragmon.pipeline.queue import PipelineStats
+    pass
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 __all__ = [
@@ -78,7 +71,6 @@ __all__ = [
     "SCORE_BUCKETS",
     "RagMetrics",
     "StatsCollector",
-    "self_metrics",
 ]
 
 FOLDED_LABELS = frozenset({"service", "variant", "model"})
@@ -672,41 +664,3 @@ class RagMetrics:
             folded = self._folded_generation[folded_key] = self._stream(cat.SCORE_MEANS[name].name, OTHER, OTHER, source, judge, folded=True)
             folded.histogram = (family, family.folded_series((OTHER, OTHER, source, judge)))
         return folded
-
-
-def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineStats) -> Iterable[Metric]:
-    """ragmon's own health: receivers, assembly, queue, ignored and dropped traces."""
-    received = cat.SPANS_RECEIVED.empty()
-    rejected = cat.SPANS_REJECTED.empty()
-    requests = cat.REQUESTS_REJECTED.empty()
-    for protocol in ("http", "grpc"):
-        received.add_metric([protocol], ingest.spans_received[protocol])
-    known_spans = {(protocol, reason) for protocol in REQUEST_REJECT_REASONS for reason in SPAN_REJECT_REASONS}
-    for protocol, reason in sorted(known_spans | ingest.spans_rejected.keys()):
-        rejected.add_metric([protocol, reason], ingest.spans_rejected[(protocol, reason)])
-    known_requests = {(protocol, reason) for protocol, reasons in REQUEST_REJECT_REASONS.items() for reason in reasons}
-    for protocol, reason in sorted(known_requests | ingest.requests_rejected.keys()):
-        requests.add_metric([protocol, reason], ingest.requests_rejected[(protocol, reason)])
-    truncated = cat.ATTRIBUTES_TRUNCATED.empty()
-    for protocol in ("http", "grpc"):
-        truncated.add_metric([protocol], ingest.attributes_truncated[protocol])
-    yield from (received, rejected, requests, truncated)
-    families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
-    for s in assembly.samples():
-        if s.name not in families:
-            families[s.name] = by_sample(s.name).empty()
-        families[s.name].add_metric([v for _, v in s.labels], s.value)
-    yield from families.values()
-    queue = cat.QUEUE_SPANS.empty()
-    queue.add_metric([], stats.queued_spans)
-    queue_bytes = cat.QUEUE_BYTES.empty()
-    queue_bytes.add_metric([], stats.queued_bytes)
-    capacity = cat.QUEUE_CAPACITY_SPANS.empty()
-    capacity.add_metric([], stats.max_queued_spans)
-    ignored = cat.TRACES_IGNORED.empty()
-    ignored.add_metric([], stats.ignored)
-    dropped = cat.DROPPED.empty()
-    dropped.add_metric(["trace_error"], stats.dropped.get("trace_error", 0))
-    no_content = cat.TRACES_WITHOUT_CONTENT.empty()
-    no_content.add_metric([], stats.without_content)
-    yield from (queue, queue_bytes, capacity, ignored, dropped, no_content)

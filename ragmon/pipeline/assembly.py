@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, NamedTuple
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ragmon.config import TracesConfig
 from ragmon import catalogue as cat
@@ -101,6 +103,15 @@ class AssemblyStats:
     def spans_dropped(self) -> int:
         """Spans dropped for any reason other than being late."""
         return self.spans_dropped_trace_full + self.spans_dropped_duplicate
+
+    def collect(self) -> Iterator[Metric]:
+        """The assembler's families, from ``samples``."""
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        for s in self.samples():
+            if s.name not in families:
+                families[s.name] = cat.by_sample(s.name).empty()
+            families[s.name].add_metric([v for _, v in s.labels], s.value)
+        yield from families.values()
 
     def samples(self) -> tuple[StatSample, ...]:
         """The stats as Prometheus samples (``ragmon_traces_evicted_total`` repeats

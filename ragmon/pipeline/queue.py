@@ -16,10 +16,13 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from prometheus_client.metrics_core import Metric
+
+from ragmon import catalogue as cat
 from ragmon.config import ReceiverConfig
 from ragmon.model import ModelCalls, Offer, RagRecord, Span, Trace, Worker
 from ragmon.pipeline.assembly import TraceAssembler
@@ -59,6 +62,22 @@ class PipelineStats:
     dropped: dict[str, int]
     model_call_traces: int = 0
     """Ignored traces whose model calls were counted (``ModelCalls``: tokens and cost only)."""
+
+    def collect(self) -> Iterator[Metric]:
+        """The pipeline's families: the queue, ignored and dropped traces, traces without content."""
+        queue = cat.QUEUE_SPANS.empty()
+        queue.add_metric([], self.queued_spans)
+        queue_bytes = cat.QUEUE_BYTES.empty()
+        queue_bytes.add_metric([], self.queued_bytes)
+        capacity = cat.QUEUE_CAPACITY_SPANS.empty()
+        capacity.add_metric([], self.max_queued_spans)
+        ignored = cat.TRACES_IGNORED.empty()
+        ignored.add_metric([], self.ignored)
+        dropped = cat.DROPPED.empty()
+        dropped.add_metric(["trace_error"], self.dropped.get("trace_error", 0))
+        no_content = cat.TRACES_WITHOUT_CONTENT.empty()
+        no_content.add_metric([], self.without_content)
+        yield from (queue, queue_bytes, capacity, ignored, dropped, no_content)
 
 
 class Pipeline(Worker):

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
+from prometheus_client.metrics_core import Metric
 
+from ragmon import catalogue as cat
 from ragmon.model import Offer, Span
 from ragmon.otlp.decode import Decoded, SpanSelection
 
@@ -49,7 +51,7 @@ class ReceiverSettings:
 
 @dataclass(slots=True)
 class IngestStats:
-    """Receiver counters, read by the exporter (``ragmon_spans_received_total`` and friends).
+    """Receiver counters (``ragmon_spans_received_total`` and friends), exported by ``collect``.
 
     Keys are ``protocol`` for received spans, ``(protocol, reason)`` for rejections.
     """
@@ -58,6 +60,24 @@ class IngestStats:
     spans_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     requests_rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
     attributes_truncated: Counter[str] = field(default_factory=Counter)
+
+    def collect(self) -> Iterator[Metric]:
+        """The receivers' families, every known protocol and reason at 0 before its first event."""
+        received = cat.SPANS_RECEIVED.empty()
+        rejected = cat.SPANS_REJECTED.empty()
+        requests = cat.REQUESTS_REJECTED.empty()
+        for protocol in ("http", "grpc"):
+            received.add_metric([protocol], self.spans_received[protocol])
+        known_spans = {(protocol, reason) for protocol in REQUEST_REJECT_REASONS for reason in SPAN_REJECT_REASONS}
+        for protocol, reason in sorted(known_spans | self.spans_rejected.keys()):
+            rejected.add_metric([protocol, reason], self.spans_rejected[(protocol, reason)])
+        known_requests = {(protocol, reason) for protocol, reasons in REQUEST_REJECT_REASONS.items() for reason in reasons}
+        for protocol, reason in sorted(known_requests | self.requests_rejected.keys()):
+            requests.add_metric([protocol, reason], self.requests_rejected[(protocol, reason)])
+        truncated = cat.ATTRIBUTES_TRUNCATED.empty()
+        for protocol in ("http", "grpc"):
+            truncated.add_metric([protocol], self.attributes_truncated[protocol])
+        yield from (received, rejected, requests, truncated)
 
 
 class IngestGate:
