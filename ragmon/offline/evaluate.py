@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ragmon.errors import UsageError
 from ragmon.metrics.batch import METRICS, BatchScores, score_queries
+from ragmon.offline.generation import ESTIMATES, GENERATION_METRICS, GenerationReport
 from ragmon.offline.records import EvalRecord, Qrels
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "parse_ks",
     "parse_threshold",
     "score_records",
+    "check_generation",
     "evaluate",
 ]
 
@@ -47,18 +49,21 @@ class Threshold:
 
 
 def parse_threshold(text: str) -> Threshold:
-    """Parse ``METRIC@K=VALUE`` (``mrr=VALUE`` for MRR); ``UsageError`` naming the problem."""
+    """Parse ``METRIC@K=VALUE`` (``mrr=VALUE`` for MRR, ``faithfulness=VALUE`` etc. for the
+    generation metrics, which have no k); ``UsageError`` naming the problem."""
     spec, sep, value = text.partition("=")
     if not sep:
         raise UsageError(f"--fail-under takes METRIC@K=VALUE, got {text!r}")
     name, at, k = spec.strip().lower().partition("@")
-    if name not in METRICS:
-        close = difflib.get_close_matches(name, METRICS, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else f" (one of {', '.join(METRICS)})"
+    known = (*METRICS, *GENERATION_METRICS)
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else f" (one of {', '.join(known)})"
         raise UsageError(f"--fail-under: unknown metric {name!r}{hint}")
-    if name == "mrr" and at:
-        raise UsageError(f"--fail-under: mrr takes no @K, got {text!r}")
-    if name != "mrr" and (not at or not k.isdecimal() or int(k) < 1):
+    no_k = name == "mrr" or name in GENERATION_METRICS
+    if no_k and at:
+        raise UsageError(f"--fail-under: {name} takes no @K, got {text!r}")
+    if not no_k and (not at or not k.isdecimal() or int(k) < 1):
         raise UsageError(f"--fail-under: {name} needs a cut-off, e.g. {name}@5=0.8, got {text!r}")
     try:
         minimum = float(value)
@@ -66,7 +71,7 @@ def parse_threshold(text: str) -> Threshold:
         raise UsageError(f"--fail-under: {value!r} is not a number in {text!r}") from None
     if not 0.0 <= minimum <= 1.0:
         raise UsageError(f"--fail-under: the value must be between 0 and 1, got {text!r}")
-    return Threshold(name if name == "mrr" else f"{name}@{int(k)}", minimum)
+    return Threshold(name if no_k else f"{name}@{int(k)}", minimum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ class ThresholdResult:
 
     threshold: Threshold
     value: float | None
+    why_none: str = "no query was scored"
+    """Why there is no value (when ``value`` is ``None``)."""
 
     @property
     def passed(self) -> bool:
@@ -91,6 +98,8 @@ class EvalReport:
     scores: BatchScores
     means: dict[str, float | None]
     thresholds: tuple[ThresholdResult, ...]
+    generation: GenerationReport | None = None
+    """Judged generation metrics (``--judge``) or the lexical estimates."""
 
     @property
     def passed(self) -> bool:
@@ -114,16 +123,39 @@ def score_records(records: Sequence[EvalRecord], qrels: Qrels | None, ks: Iterab
     )
 
 
+def check_generation(threshold: Threshold, generation: GenerationReport | None) -> ThresholdResult:
+    """A threshold on a generation metric, against the run's judged or estimated metrics."""
+    key = threshold.key
+    found = generation.get(key) if generation is not None else None
+    if found is None:
+        if key in ESTIMATES:
+            why = f"{key} is the estimate made without --judge; with --judge, gate on {key.split('_')[0]}"
+        elif generation is not None and generation.mode == "llm":
+            why = f"{key} is not one of the judge's evaluators ([judge] evaluators, send_documents)"
+        else:
+            why = f"{key} is judged only with --judge" + (
+                f" (the lexical estimate is {key}_lexical)" if f"{key}_lexical" in ESTIMATES else ""
+            )
+        return ThresholdResult(threshold, None, why)
+    why = f"no record was scored for {key} ({found.failures} failed, {found.skips} skipped)"
+    return ThresholdResult(threshold, found.mean, why)
+
+
 def evaluate(
     files: Sequence[str],
     records: Sequence[EvalRecord],
     qrels: Qrels | None,
     ks: Iterable[int],
     thresholds: Sequence[Threshold] = (),
+    generation: GenerationReport | None = None,
 ) -> EvalReport:
-    """Score records at ``ks`` (plus any cut-off a threshold needs) and check the thresholds."""
+    """Score records at ``ks`` (plus any cut-off a threshold needs) and check the thresholds,
+    those on generation metrics against ``generation``."""
     cutoffs = set(ks) | {t.k for t in thresholds if t.k is not None}
     scores = score_records(records, qrels, cutoffs)
     means = scores.means()
-    results = tuple(ThresholdResult(t, means[t.key]) for t in thresholds)
-    return EvalReport(tuple(files), len(records), scores, means, results)
+    results = tuple(
+        check_generation(t, generation) if t.key in GENERATION_METRICS else ThresholdResult(t, means[t.key])
+        for t in thresholds
+    )
+    return EvalReport(tuple(files), len(records), scores, means, results, generation)

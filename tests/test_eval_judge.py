@@ -1,0 +1,313 @@
+"""``ragmon eval --judge`` and ``ragmon compare --judge``: generation metrics judged offline
+through the real ``openai`` client against the scripted judge server (SPEC §8a)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_helpers import ragmon, run_json, write_jsonl
+from judge_server import JudgeServer, delay, judge_server_thread, reply, requested, status, user_text
+from opentelemetry.trace import Tracer
+from otel_helpers import record_spans, to_otlp_json
+
+# Per record, by a word of its answer: (faithfulness claims, answer relevance, relevant docs, covered reference claims)
+VERDICTS: dict[str, tuple[tuple[bool, ...], str, tuple[bool, ...], tuple[bool, ...]]] = {
+    "refunds": ((True, True, False), "yes", (True, False), (True, False)),
+    "moon": ((False,), "no", (True,), ()),
+    "greeting": ((), "partial", (False,), ()),
+}
+
+RECORDS: list[dict[str, Any]] = [
+    {"query_id": "q1", "query": "What is the refund window?", "retrieved_document_ids": ["p7", "f2"],
+     "relevant_document_ids": ["p7"], "answer": "Refunds are accepted within 30 days.",
+     "contexts": ["Refunds are accepted within 30 days of purchase.", "Shipping takes 5 days."],
+     "reference_answer": "30 days, with a receipt."},
+    {"query_id": "q2", "query": "How do I reset my password?", "retrieved_document_ids": ["h1"],
+     "relevant_document_ids": ["h1"], "answer": "Press the moon button.", "contexts": ["Use the reset link."]},
+    {"query_id": "q3", "query": "hello", "retrieved_document_ids": ["h1"], "relevant_document_ids": ["h1"]},
+]
+# faithfulness 2/3 and 0; answer relevance 1 and 0; context relevance 1/2 and 1; correctness 1/2 (q1 only)
+MEANS = {"faithfulness": 1 / 3, "answer_relevance": 0.5, "context_relevance": 0.75, "answer_correctness": 0.5}
+
+
+def scripted(body: dict[str, Any]) -> str:
+    """A valid verdict for the evaluators ``body`` asks for, chosen by the answer's key word."""
+    names, n_docs = requested(body)
+    answer = user_text(body).split("ANSWER:", 1)[1].lower()
+    key = next(k for k in VERDICTS if k in answer)
+    claims, relevance, docs, covered = VERDICTS[key]
+    assert len(docs) == n_docs or "context_relevance" not in names
+    out: dict[str, Any] = {}
+    for name in names:
+        if name == "faithfulness":
+            out[name] = {"claims": [{"claim": f"c{i}", "supported": s} for i, s in enumerate(claims)]}
+        elif name == "answer_relevance":
+            out[name] = {"reason": "scripted", "verdict": relevance}
+        elif name == "context_relevance":
+            out[name] = {"documents": [{"index": i, "relevant": r} for i, r in enumerate(docs)]}
+        elif name == "answer_correctness":
+            out[name] = {"reference_claims": [{"claim": f"r{i}", "covered": c} for i, c in enumerate(covered)]}
+    return json.dumps(out)
+
+
+@pytest.fixture
+def server() -> Any:
+    with judge_server_thread(responder=scripted) as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def no_openai_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("RAGMON_CONFIG", raising=False)
+
+
+def judge_args(server: JudgeServer, tmp_path: Path, *extra: str | Path) -> list[str | Path]:
+    return ["--judge", "--judge-base-url", server.base_url, "--judge-model", "judge-model",
+            "--cache", tmp_path / "cache.sqlite3", *extra]
+
+
+def config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "ragmon.toml"
+    path.write_text(text)
+    return path
+
+
+def test_exact_means_one_call_per_record(server: JudgeServer, tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    out = run_json("eval", run, *judge_args(server, tmp_path))
+    for key, mean in MEANS.items():
+        assert out["metrics"][key] == pytest.approx(mean), key
+    assert out["metrics"]["mrr"] == 1.0  # retrieval is still scored
+    # one call per record with content, each covering every evaluator that applies to it
+    assert len(server.requests) == 2
+    asked = sorted(requested(body)[0] for body in server.requests)
+    assert asked == [
+        ["faithfulness", "answer_relevance", "context_relevance"],
+        ["faithfulness", "answer_relevance", "context_relevance", "answer_correctness"],
+    ]
+    assert out["judged"]["faithfulness"] == {
+        "scored": 2, "failed": 0, "skipped": 1, "failures": {}, "skips": {"not_applicable": 1},
+    }
+    assert out["judged"]["answer_correctness"]["scored"] == 1
+    assert out["judged"]["answer_correctness"]["skips"] == {"not_applicable": 2}
+    assert out["judge"]["judged"] == 2 and out["judge"]["cached"] == 0 and out["judge"]["model"] == "judge-model"
+    assert out["judge"]["input_tokens"] == 200 and out["judge"]["output_tokens"] == 40
+    assert "estimates" not in out  # judged runs carry no lexical estimate
+
+
+def test_no_claims_is_skipped_not_scored(server: JudgeServer, tmp_path: Path) -> None:
+    rows = [{**RECORDS[1], "query_id": "g", "answer": "A greeting to you."}, RECORDS[1]]
+    out = run_json("eval", write_jsonl(tmp_path / "run.jsonl", rows), *judge_args(server, tmp_path))
+    assert out["metrics"]["faithfulness"] == 0.0  # the greeting has no claim: no score, not 1 or 0
+    assert out["judged"]["faithfulness"]["skips"] == {"no_score": 1}
+    assert out["metrics"]["answer_relevance"] == pytest.approx(0.25)
+
+
+def test_cache_second_run_makes_no_call_and_same_output(server: JudgeServer, tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    first = ragmon("eval", run, *judge_args(server, tmp_path), "--format", "json")
+    calls = len(server.requests)
+    assert first.returncode == 0 and calls == 2
+    second = ragmon("eval", run, *judge_args(server, tmp_path), "--format", "json")
+    assert len(server.requests) == calls  # nothing was asked again
+    one, two = json.loads(first.stdout), json.loads(second.stdout)
+    assert two["judge"]["cached"] == 2 and two["judge"]["judged"] == 0
+    for out in (one, two):
+        del out["judge"]
+    assert one == two
+    table_1 = ragmon("eval", run, *judge_args(server, tmp_path))
+    table_2 = ragmon("eval", run, *judge_args(server, tmp_path))
+    assert len(server.requests) == calls and table_1.stdout == table_2.stdout
+    # another model is another judgement; --no-cache asks again
+    ragmon("eval", run, "--judge", "--judge-base-url", server.base_url, "--judge-model", "other",
+           "--cache", tmp_path / "cache.sqlite3")
+    assert len(server.requests) == calls + 2
+    ragmon("eval", run, *judge_args(server, tmp_path), "--no-cache")
+    assert len(server.requests) == calls + 4
+
+
+def distinct(n: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """``n`` copies of ``row`` with their own query (so neither cache answers)."""
+    return [{**row, "query_id": f"q{i}", "query": f"{row['query']} ({i})"} for i in range(n)]
+
+
+def test_failures_mid_run_are_counted_never_scored(server: JudgeServer, tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", distinct(5, RECORDS[1]))
+    cfg = config(tmp_path, '[judge]\nmax_retries = 0\ntimeout = "1s"\n')
+    faults = (status(500), delay(3.0), reply("this is not JSON"))  # then two good verdicts
+    server.script(*faults)
+    args = judge_args(server, tmp_path, "--config", cfg, "--judge-concurrency", "1")
+    result = ragmon("eval", run, *args, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    for key in ("faithfulness", "answer_relevance", "context_relevance"):
+        assert out["judged"][key]["scored"] == 2
+        assert out["judged"][key]["failures"] == {"error": 1, "invalid": 1, "timeout": 1}
+        assert out["judged"][key]["failed"] == 3
+    assert out["metrics"]["faithfulness"] == 0.0 and out["metrics"]["answer_relevance"] == 0.0
+    assert "judgements failed" in result.stderr and "Traceback" not in result.stderr
+    assert len(server.requests) == 5
+    server.script(*faults)
+    table = ragmon("eval", run, *args, "--no-cache")
+    assert len(server.requests) == 10
+    assert re.search(r"faithfulness: failed error 1, invalid 1, timeout 1 \(never scored\)", table.stdout)
+    assert re.search(r"faithfulness\s+0\.0000\s+2\s+3\s+0", table.stdout)
+    # the failed three were not cached: a re-run asks for exactly those
+    again = run_json("eval", run, *args)
+    assert len(server.requests) == 13
+    assert again["judged"]["faithfulness"]["scored"] == 5
+
+
+def test_budget_exhausted_is_a_failure(server: JudgeServer, tmp_path: Path) -> None:
+    rows = distinct(4, RECORDS[1])
+    # 100 input tokens at $10,000 per million = $1 per call; the budget is $0.5
+    cfg = config(tmp_path, '[judge]\nmax_usd_per_hour = 0.5\n[pricing."judge-model"]\ninput = 10000.0\noutput = 0.0\n')
+    result = ragmon("eval", write_jsonl(tmp_path / "run.jsonl", rows),
+                    *judge_args(server, tmp_path, "--config", cfg, "--judge-concurrency", "1"), "--format", "json")
+    out = json.loads(result.stdout)
+    assert len(server.requests) == 1
+    assert out["judged"]["faithfulness"]["scored"] == 1
+    assert out["judged"]["faithfulness"]["failures"] == {"budget": 3}
+    assert out["judge"]["cost_usd"] == pytest.approx(1.0)
+
+
+def test_gate_exit_codes(server: JudgeServer, tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    ok = ragmon("eval", run, *judge_args(server, tmp_path), "--fail-under", "faithfulness=0.3", "--fail-under", "hit_rate@1=1")
+    assert ok.returncode == 0, ok.stderr
+    assert "ok    faithfulness = 0.3333 >= 0.3" in ok.stdout
+    low = ragmon("eval", run, *judge_args(server, tmp_path), "--fail-under", "faithfulness=0.4")
+    assert low.returncode == 1 and "FAIL faithfulness = 0.3333 < 0.4" in low.stderr
+    both = ragmon("eval", run, *judge_args(server, tmp_path), "--fail-under", "context_relevance=0.75",
+                  "--fail-under", "answer_relevance=0.6", "--format", "json")
+    assert both.returncode == 1
+    assert [t["passed"] for t in json.loads(both.stdout)["thresholds"]] == [True, False]
+
+
+def test_gate_on_a_metric_no_record_scored(server: JudgeServer, tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS[1:])  # no reference answer anywhere
+    result = ragmon("eval", run, *judge_args(server, tmp_path), "--fail-under", "answer_correctness=0.1")
+    assert result.returncode == 1
+    assert "no record was scored for answer_correctness (0 failed, 2 skipped)" in result.stderr
+    server.script(status(500), status(500), status(500), status(500), status(500), status(500))
+    failing = ragmon("eval", write_jsonl(tmp_path / "one.jsonl", RECORDS[1:2]), *judge_args(server, tmp_path),
+                     "--no-cache", "--fail-under", "faithfulness=0.1")
+    assert failing.returncode == 1
+    assert "no record was scored for faithfulness (1 failed, 0 skipped)" in failing.stderr
+
+
+def test_gate_without_judge_and_bad_specs(tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    result = ragmon("eval", run, "--fail-under", "faithfulness=0.5")
+    assert result.returncode == 1
+    assert "faithfulness is judged only with --judge (the lexical estimate is faithfulness_lexical)" in result.stderr
+    for spec in ("faithfulness@5=0.8", "faithfullness=0.8", "faithfulness=2"):
+        bad = ragmon("eval", run, "--fail-under", spec)
+        assert bad.returncode == 2 and "--fail-under" in bad.stderr, spec
+    assert "did you mean faithfulness" in ragmon("eval", run, "--fail-under", "faithfullness=0.8").stderr
+
+
+def test_lexical_estimates_are_labelled(tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    out = run_json("eval", run)
+    assert set(out["estimates"]) == {"faithfulness_lexical"}
+    assert not any(k in out["metrics"] for k in MEANS)  # never under a judged metric's name
+    assert out["estimates"]["faithfulness_lexical"] == pytest.approx(0.5)  # q1 supported, q2 not
+    assert out["estimated"]["faithfulness_lexical"]["scored"] == 2
+    table = ragmon("eval", run).stdout
+    assert "lexical ESTIMATES" in table and re.search(r"faithfulness_lexical\s+0\.5000\s+2\s+0\s+1", table)
+    markdown = ragmon("eval", run, "--format", "markdown").stdout
+    assert "lexical ESTIMATES" in markdown and "| faithfulness_lexical | 0.5000 | 2 | 0 | 1 |" in markdown
+    assert ragmon("eval", run, "--fail-under", "faithfulness_lexical=0.5").returncode == 0
+    assert ragmon("eval", run, "--fail-under", "faithfulness_lexical=0.6").returncode == 1
+    # a retrieval-only run shows no generation table
+    retrieval = write_jsonl(tmp_path / "r.jsonl", [RECORDS[2]])
+    assert "generation" not in ragmon("eval", retrieval).stdout
+
+
+def test_markdown_report_of_a_judged_run(server: JudgeServer, tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    md = ragmon("eval", run, *judge_args(server, tmp_path), "--format", "markdown").stdout
+    assert "judged by judge-model, one call per record (2 judged, 0 from the cache" in md
+    assert "| faithfulness | 0.3333 | 2 | 0 | 1 |" in md
+    assert "| answer_correctness | 0.5000 | 1 | 0 | 2 |" in md
+
+
+def test_judge_needs_an_endpoint_and_flags_need_judge(tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    result = ragmon("eval", run, "--judge", "--cache", tmp_path / "c.sqlite3")
+    assert result.returncode == 2 and "--judge needs an endpoint" in result.stderr
+    result = ragmon("eval", run, "--judge-model", "x")
+    assert result.returncode == 2 and "--judge-model needs --judge" in result.stderr
+    bad = config(tmp_path, "[judge]\nconcurrency = 0\n")
+    result = ragmon("eval", run, "--judge", "--config", bad, "--judge-base-url", "http://127.0.0.1:9/v1")
+    assert result.returncode == 2 and "judge.concurrency" in result.stderr
+    not_db = tmp_path / "notdb"
+    not_db.write_text("hello, not sqlite" * 100)
+    result = ragmon("eval", run, "--judge", "--judge-base-url", "http://127.0.0.1:9/v1", "--cache", not_db)
+    assert result.returncode == 2 and "--cache" in result.stderr and "Traceback" not in result.stderr
+
+
+def _traces(tracer: Tracer) -> None:
+    for i, row in enumerate(RECORDS[:2]):
+        with tracer.start_as_current_span("query") as root:
+            root.set_attribute("openinference.span.kind", "CHAIN")
+            root.set_attribute("input.value", row["query"])
+            root.set_attribute("output.value", row["answer"])
+            if "reference_answer" in row:
+                root.set_attribute("ragmon.reference_answer", row["reference_answer"])
+            root.set_attribute("ragmon.relevant_document_ids", row["relevant_document_ids"])
+            with tracer.start_as_current_span("retrieve") as span:
+                span.set_attribute("openinference.span.kind", "RETRIEVER")
+                for rank, (doc, text) in enumerate(zip(row["retrieved_document_ids"], row["contexts"])):
+                    span.set_attribute(f"retrieval.documents.{rank}.document.id", doc)
+                    span.set_attribute(f"retrieval.documents.{rank}.document.content", text)
+
+
+def test_otlp_json_dump_is_judged_like_jsonl(server: JudgeServer, tmp_path: Path) -> None:
+    spans = list(record_spans(_traces))
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("".join(to_otlp_json([s]).decode() + "\n" for s in spans))
+    out = run_json("eval", dump, *judge_args(server, tmp_path))
+    assert out["records"] == 2 and len(server.requests) == 2
+    for key, mean in MEANS.items():
+        assert out["metrics"][key] == pytest.approx(mean), key
+
+
+def test_compare_judged_metrics_paired_by_query(server: JudgeServer, tmp_path: Path) -> None:
+    good = {"answer": "Refunds are accepted within 30 days.", "contexts": RECORDS[0]["contexts"]}
+    bad = {"answer": "Press the moon button.", "contexts": ["Use the reset link."]}
+    base = {"query": "What is the refund window?", "retrieved_document_ids": ["p7"], "relevant_document_ids": ["p7"]}
+    a = write_jsonl(tmp_path / "a.jsonl", [{**base, "query_id": f"q{i}", **bad} for i in range(6)] + [{**base, "query_id": "only-a", **bad}])
+    b = write_jsonl(tmp_path / "b.jsonl", [{**base, "query_id": f"q{i}", **(good if i < 4 else bad)} for i in range(6)])
+    args = judge_args(server, tmp_path, "--judge-concurrency", "1")
+    out = run_json("compare", a, b, *args)
+    assert len(server.requests) == 2  # 13 records, two distinct contents: the judge's cache answers the rest
+    f = out["metrics"]["faithfulness"]
+    assert f["pairs"] == 6 and f["a"] == 0.0 and f["b"] == pytest.approx(4 / 6 * 2 / 3)
+    assert f["diff"] == pytest.approx(4 / 9) and 0 < f["p_value"] <= 1
+    assert f["ci95"][0] <= f["diff"] <= f["ci95"][1]
+    rel = out["metrics"]["answer_relevance"]
+    assert rel["diff"] == pytest.approx(4 / 6) and rel["p_value"] == pytest.approx(2 / 16, abs=0.02)  # exact: 2 of 2^4 sign patterns
+    assert out["judged"]["a"]["faithfulness"]["scored"] == 7 and out["judged"]["b"]["faithfulness"]["scored"] == 6
+    assert out["metrics"]["answer_correctness"]["pairs"] == 0 and out["metrics"]["answer_correctness"]["diff"] is None
+    same = run_json("compare", a, b, *args)
+    assert len(server.requests) == 2
+    del out["judge"], same["judge"]
+    assert same == out
+    table = ragmon("compare", a, b, *args).stdout
+    assert "pairs: common queries scored in both runs" in table and re.search(r"faithfulness\s+6\s+0\.0000\s+0\.4444", table)
+
+
+def test_compare_without_judge_compares_the_estimates(tmp_path: Path) -> None:
+    a = write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    out = run_json("compare", a, a)
+    assert out["estimates"]["faithfulness_lexical"]["diff"] == 0.0
+    assert out["estimates"]["faithfulness_lexical"]["pairs"] == 2
+    assert not any(k in out["metrics"] for k in MEANS)
