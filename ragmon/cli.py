@@ -216,6 +216,12 @@ def _generation(args: argparse.Namespace, runs: Sequence[Sequence[EvalRecord]], 
     finally:
         if cache is not None:
             cache.close()
+    cost = f"${report.cost_usd:.4f}" + (f" + {report.unpriced_tokens} unpriced tokens" if report.unpriced_tokens else "")
+    print(
+        f"ragmon {args.command}: judge {report.model}: {report.judged} record(s) sent, {report.cached} from the cache; "
+        f"{cost}, {report.input_tokens} input + {report.output_tokens} output tokens",
+        file=sys.stderr,
+    )
     failed = {m.key: m.failures for m in report.metrics if m.failures}
     if failed:
         listed = ", ".join(f"{k} {n}" for k, n in failed.items())

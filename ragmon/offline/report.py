@@ -92,21 +92,14 @@ def _counts(metric: MetricResults) -> dict[str, Any]:
 
 def generation_json(generation: GenerationReport) -> dict[str, Any]:
     """The generation part of a JSON report: judged metrics go to ``metrics`` with their counts
-    in ``judged`` and the judge's totals in ``judge``; lexical estimates go to ``estimates``
-    with their counts in ``estimated`` (never under a judged metric's name)."""
+    in ``judged`` and the judge model in ``judge``; lexical estimates go to ``estimates`` with
+    their counts in ``estimated`` (never under a judged metric's name). Nothing that depends on
+    what the cache held (calls, cost) is in it, so a re-run prints the same report."""
     means = {m.key: m.mean for m in generation.metrics}
     counts = {m.key: _counts(m) for m in generation.metrics}
     if generation.mode == "lexical":
         return {"estimates": means, "estimated": counts}
-    return {
-        "metrics": means,
-        "judged": counts,
-        "judge": {
-            "model": generation.model, "judged": generation.judged, "cached": generation.cached,
-            "cost_usd": generation.cost_usd, "unpriced_tokens": generation.unpriced_tokens,
-            "input_tokens": generation.input_tokens, "output_tokens": generation.output_tokens,
-        },
-    }
+    return {"metrics": means, "judged": counts, "judge": {"model": generation.model}}
 
 
 def eval_json(report: EvalReport) -> dict[str, Any]:
@@ -141,13 +134,7 @@ def _generation_title(generation: GenerationReport) -> str:
             "generation: lexical ESTIMATES (word overlap with the contexts, not judged; "
             "--judge for judged scores)"
         )
-    cost = f"${generation.cost_usd:.4f}" + (
-        f" + {generation.unpriced_tokens} unpriced tokens" if generation.unpriced_tokens else ""
-    )
-    return (
-        f"generation: judged by {generation.model}, one call per record "
-        f"({generation.judged} judged, {generation.cached} from the cache, {cost})"
-    )
+    return f"generation: judged by {generation.model}, one call per record"
 
 
 def _generation_rows(generation: GenerationReport) -> tuple[list[str], list[list[str]]]:
