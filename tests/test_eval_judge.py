@@ -278,6 +278,19 @@ def _traces(tracer: Tracer) -> None:
                     span.set_attribute(f"retrieval.documents.{rank}.document.content", text)
 
 
+def _partial(tracer: Tracer) -> None:
+    """A trace whose second document's content was not captured."""
+    with tracer.start_as_current_span("query") as root:
+        root.set_attribute("openinference.span.kind", "CHAIN")
+        root.set_attribute("input.value", "Where is the moon button?")
+        root.set_attribute("output.value", "Press the moon button.")
+        with tracer.start_as_current_span("retrieve") as span:
+            span.set_attribute("openinference.span.kind", "RETRIEVER")
+            span.set_attribute("retrieval.documents.0.document.id", "a")
+            span.set_attribute("retrieval.documents.0.document.content", "The moon button is on top.")
+            span.set_attribute("retrieval.documents.1.document.id", "b")
+
+
 def test_otlp_json_dump_is_judged_like_jsonl(server: JudgeServer, tmp_path: Path) -> None:
     spans = list(record_spans(_traces))
     dump = tmp_path / "dump.jsonl"
@@ -286,6 +299,16 @@ def test_otlp_json_dump_is_judged_like_jsonl(server: JudgeServer, tmp_path: Path
     assert out["records"] == 2 and len(server.requests) == 2
     for key, mean in MEANS.items():
         assert out["metrics"][key] == pytest.approx(mean), key
+
+
+def test_otlp_json_dump_with_a_context_not_captured(server: JudgeServer, tmp_path: Path) -> None:
+    dump = tmp_path / "dump.json"
+    dump.write_bytes(to_otlp_json(list(record_spans(_partial))))
+    out, _ = judged_json("eval", dump, *judge_args(server, tmp_path))
+    # faithfulness and context relevance need every document's text: not judged on half of it
+    assert requested(server.requests[0])[0] == ["answer_relevance"]
+    assert out["judged"]["faithfulness"]["skips"] == {"not_applicable": 1}
+    assert out["judged"]["answer_relevance"]["scored"] == 1
 
 
 def test_compare_judged_metrics_paired_by_query(server: JudgeServer, tmp_path: Path) -> None:
@@ -319,3 +342,14 @@ def test_compare_without_judge_compares_the_estimates(tmp_path: Path) -> None:
     assert out["estimates"]["faithfulness_lexical"]["diff"] == 0.0
     assert out["estimates"]["faithfulness_lexical"]["pairs"] == 2
     assert not any(k in out["metrics"] for k in MEANS)
+
+
+def test_record_without_contexts_is_not_judged_for_faithfulness(server: JudgeServer, tmp_path: Path) -> None:
+    no_contexts = {k: v for k, v in RECORDS[1].items() if k != "contexts"}
+    empty = {**RECORDS[1], "query_id": "e", "query": "Empty?", "contexts": []}
+    out, _ = judged_json("eval", write_jsonl(tmp_path / "run.jsonl", [no_contexts, empty]), *judge_args(server, tmp_path))
+    asked = [requested(body) for body in server.requests]
+    # unknown contexts: only answer relevance; an empty list: the answer is judged against nothing
+    assert sorted(asked) == [(["answer_relevance"], 0), (["faithfulness", "answer_relevance"], 0)]
+    assert out["judged"]["faithfulness"]["scored"] == 1 and out["judged"]["faithfulness"]["skips"] == {"not_applicable": 1}
+    assert out["judged"]["context_relevance"]["skips"] == {"not_applicable": 2}

@@ -141,10 +141,17 @@ class GenerationReport:
 def rag_record(record: EvalRecord, index: int) -> RagRecord:
     """The judge's view of an offline record: query, answer, reference answer, and the contexts
     as documents in rank order (named by the record's retrieved ids when they line up, else by
-    position). ``index`` becomes the trace id, so results can be matched back."""
-    contexts = record.contexts or []
-    ids = record.retrieved if len(record.retrieved) == len(contexts) else [str(i) for i in range(len(contexts))]
-    docs = tuple(RetrievedDocument(doc_id, None, text) for doc_id, text in zip(ids, contexts))
+    position). ``index`` becomes the trace id, so results can be matched back.
+
+    A record without ``contexts`` has documents whose content is unknown (``None``), as a trace
+    without captured content has: evaluators that read the documents do not apply to it, where
+    an empty list (``"contexts": []``) means the generator was given nothing."""
+    if record.contexts is None:
+        docs = tuple(RetrievedDocument(doc_id) for doc_id in record.retrieved or [""])
+    else:
+        contexts = record.contexts
+        ids = record.retrieved if len(record.retrieved) == len(contexts) else [str(i) for i in range(len(contexts))]
+        docs = tuple(RetrievedDocument(doc_id, None, text) for doc_id, text in zip(ids, contexts))
     return RagRecord(
         trace_id=index.to_bytes(16, "big"), service="offline", variant="", start_ns=0, end_ns=0,
         query=record.query, retrieved=docs, answer=record.answer,
