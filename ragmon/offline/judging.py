@@ -35,7 +35,6 @@ _REFUSED: dict[SubmitResult, str] = {
     SubmitResult.DROPPED: "dropped",
     SubmitResult.SKIPPED_RATE: "dropped",  # pragma: no cover - offline records skip the sample
 }
-_FAILURE: dict[str, str] = {"skipped_budget": "budget", "skipped_rate": "dropped"}
 
 
 def _outcomes(
@@ -92,8 +91,8 @@ async def judge_records(
         if judgement.cached:
             tally["cached"] += 1
         if judgement.outcome != "ok" or judgement.scores is None:
-            failure = _FAILURE.get(judgement.outcome, judgement.outcome)
-            finish(index, _outcomes(applicable_of[index], judge.evaluators, (), None, failure))
+            # a worker's outcome: error, timeout, invalid or dropped (admission happened at submit)
+            finish(index, _outcomes(applicable_of[index], judge.evaluators, (), None, judgement.outcome))
             return
         scores = _scores(judgement)
         if cache is not None and index in keys and not judgement.cached:
