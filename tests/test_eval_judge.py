@@ -353,3 +353,38 @@ def test_record_without_contexts_is_not_judged_for_faithfulness(server: JudgeSer
     assert sorted(asked) == [(["answer_relevance"], 0), (["faithfulness", "answer_relevance"], 0)]
     assert out["judged"]["faithfulness"]["scored"] == 1 and out["judged"]["faithfulness"]["skips"] == {"not_applicable": 1}
     assert out["judged"]["context_relevance"]["skips"] == {"not_applicable": 2}
+
+
+def test_progress_bar_on_a_terminal_only(server: JudgeServer, tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal's size
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ragmon", "eval", run, *judge_args(server, tmp_path), "--no-cache"],
+            stdout=subprocess.PIPE, stderr=secondary, timeout=60, text=True,
+        )
+        os.close(secondary)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO once everything written was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+    assert done.returncode == 0
+    assert b"judging:" in shown and b"/3 [" in shown  # the bar, on the terminal
+    piped = ragmon("eval", run, *judge_args(server, tmp_path), "--no-cache")
+    assert "judging" not in piped.stderr and "/3 [" not in piped.stderr
