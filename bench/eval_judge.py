@@ -21,8 +21,9 @@ miss and is written to it) — then the report (``evaluate`` and the JSON render
 records (query, 5 contexts of ~300 characters, a 3-sentence answer), ``c / latency * seconds``
 of them. Rate = records / wall time of the whole path (read, judge, report).
 
-The table shows the median rate over ``--repeats`` runs, the ideal, and their ratio (goal
->= 0.9). The script exits 1 if any record was not scored.
+The table shows the median rate over ``--repeats`` runs, the ideal, their ratio (goal >= 0.9)
+and the median client CPU per record (process CPU time / records). The script exits 1 if any
+record was not scored.
 """
 
 from __future__ import annotations
@@ -72,8 +73,8 @@ def write_run(path: Path, n: int, seed: int) -> None:
             }) + "\n")
 
 
-async def measure(port: int, concurrency: int, latency: float, seconds: float, seed: int) -> tuple[float, int, int]:
-    """One run: (records per second, records, records scored)."""
+async def measure(port: int, concurrency: int, latency: float, seconds: float, seed: int) -> tuple[float, float, int, int]:
+    """One run: (records per second, client CPU seconds per record, records, records scored)."""
     n = max(concurrency, int(concurrency / latency * seconds))
     config = JudgeConfig(
         base_url=f"http://127.0.0.1:{port}/v1", model="bench-judge", concurrency=concurrency,
@@ -83,14 +84,14 @@ async def measure(port: int, concurrency: int, latency: float, seconds: float, s
         run = Path(tmp) / "run.jsonl"
         write_run(run, n, seed)
         cache = JudgeCache(str(Path(tmp) / "cache.sqlite3"))
-        t0 = time.perf_counter()
+        cpu0, t0 = time.process_time(), time.perf_counter()
         records = list(read_records(str(run)))
         client = JudgeClient(JudgeEndpoint(config.base_url, "bench"), config.model, config.timeout)
         generation = await judge_records(records, config, client, Pricer({}), cache=cache, rng=random.Random(seed))
         report = eval_json(evaluate([str(run)], records, None, (1, 5), (), generation))
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         cache.close()
-    return n / elapsed, n, int(report["judged"]["faithfulness"]["scored"])
+    return n / elapsed, cpu / n, n, int(report["judged"]["faithfulness"]["scored"])
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -113,17 +114,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     port = parent.recv()
     failed = False
     print(f"endpoint latency {args.latency * 1000:.0f} ms; {args.repeats} run(s) of ~{args.seconds:g} s per level")
-    print(f"{'concurrency':>11} {'records':>8} {'records/s':>10} {'ideal/s':>9} {'ratio':>7}")
+    print(f"{'concurrency':>11} {'records':>8} {'records/s':>10} {'ideal/s':>9} {'ratio':>7} {'CPU/record':>11}")
     try:
         for level in levels:
-            rates = []
+            rates, cpus = [], []
             for repeat in range(args.repeats):
-                rate, n, scored = asyncio.run(measure(port, level, args.latency, args.seconds, args.seed + repeat))
+                rate, cpu, n, scored = asyncio.run(measure(port, level, args.latency, args.seconds, args.seed + repeat))
                 rates.append(rate)
+                cpus.append(cpu)
                 failed |= scored != n
             ideal = level / args.latency
             rate = statistics.median(rates)
-            print(f"{level:>11} {n:>8} {rate:>10.1f} {ideal:>9.1f} {rate / ideal:>6.2f}x")
+            print(f"{level:>11} {n:>8} {rate:>10.1f} {ideal:>9.1f} {rate / ideal:>6.2f}x {statistics.median(cpus) * 1000:>9.2f}ms")
     finally:
         parent.send("stop")
         server.join(10)

@@ -1,37 +1,65 @@
 """The offline judge's cache on disk: judgements by content, so a re-run costs nothing.
 
-A judgement is stored under ``cache_key``: sha256 over the judge model, the evaluators and the
-judge request's messages (built with a fixed tag name instead of the per-call random one, after
-redaction), so any change to the content, the model, the evaluator set or the prompts is a
-miss. Only parsed verdicts are stored (their scores per evaluator); failures never are. The
+A judgement is stored under ``cache_key``: sha256 over the judge model, the evaluators, a
+fingerprint of the prompts ragmon builds for them, and the content the judge is asked about
+(after redaction: query, answer, reference answer, documents), so any change to the content,
+the model, the evaluator set or the prompts is a miss. Only parsed verdicts are stored (their scores per evaluator); failures never are. The
 file is an SQLite database (stdlib ``sqlite3``; safe for several runs at once).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sqlite3
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from ragmon.errors import UsageError
-from ragmon.judge.prompts import JudgeRequest
+from ragmon.judge.prompts import Evaluator, build_judge_request
+from ragmon.model import RagRecord, RetrievedDocument
 
-__all__ = ["CACHE_NONCE", "DEFAULT_CACHE", "JudgeCache", "cache_key"]
+__all__ = ["CACHE_NONCE", "DEFAULT_CACHE", "JudgeCache", "cache_key", "prompt_fingerprint"]
 
 DEFAULT_CACHE: Final = os.path.join(".ragmon-cache", "judge.sqlite3")
 """Where ``ragmon eval --judge`` keeps judgements unless ``--cache`` says otherwise."""
 CACHE_NONCE: Final = "ragmoncachekey00"
-"""The data-tag name used to build the request a key is computed from (never sent)."""
+"""The data-tag name of the sample request the prompts' fingerprint is computed from (never sent)."""
 _VERSION: Final = 1
 _COMMIT_EVERY: Final = 32
 
 
-def cache_key(request: JudgeRequest, model: str) -> str:
-    """sha256 (hex) of the model, the evaluators and the request's messages and schema."""
-    payload = [_VERSION, model, list(request.evaluators), list(request.messages), request.schema]
+_SAMPLE: Final = RagRecord(
+    trace_id=b"\x00" * 16, service="", variant="", start_ns=0, end_ns=0, query="q", answer="a",
+    reference_answer="r", retrieved=(RetrievedDocument("d", None, "c"),), has_retrieval=True,
+)
+
+
+@functools.lru_cache(maxsize=64)
+def prompt_fingerprint(evaluators: tuple[Evaluator, ...]) -> str:
+    """sha256 of the judge request ragmon builds for ``evaluators`` around a fixed sample: the
+    system prompt, task texts and schema, so a change to any of them changes every key."""
+    request = build_judge_request(_SAMPLE, evaluators, CACHE_NONCE)
+    payload = [list(evaluators), [] if request is None else [list(request.messages), request.schema]]
+    return _sha256(payload)
+
+
+def cache_key(record: RagRecord, evaluators: tuple[Evaluator, ...], model: str) -> str:
+    """sha256 (hex) of what the judge would be asked about ``record`` (already redacted): the
+    model, the evaluators, the prompts' fingerprint, and the query, answer, reference answer and
+    document contents in rank order (the documents the judge sees: reranked, else retrieved).
+    The request itself is not built: its framing is a pure function of these."""
+    docs = record.reranked if record.reranked is not None else record.retrieved
+    payload = [
+        _VERSION, model, list(evaluators), prompt_fingerprint(evaluators),
+        record.query, record.answer, record.reference_answer, [d.content for d in docs],
+    ]
+    return _sha256(payload)
+
+
+def _sha256(payload: Any) -> str:
     text = json.dumps(payload, ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -47,6 +75,7 @@ class JudgeCache:
                 os.makedirs(parent, exist_ok=True)
             self._db = sqlite3.connect(path, timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: no fsync per commit; a crash loses at most the last commits
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS judgements (key TEXT PRIMARY KEY, scores TEXT NOT NULL)"
             )
