@@ -388,3 +388,35 @@ def test_progress_bar_on_a_terminal_only(server: JudgeServer, tmp_path: Path) ->
     assert b"judging:" in shown and b"/3 [" in shown  # the bar, on the terminal
     piped = ragmon("eval", run, *judge_args(server, tmp_path), "--no-cache")
     assert "judging" not in piped.stderr and "/3 [" not in piped.stderr
+
+
+def test_cache_key_covers_content_model_evaluators_and_prompts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragmon.judge import prompts
+    from ragmon.model import RagRecord, RetrievedDocument
+    from ragmon.offline.cache import cache_key, prompt_fingerprint
+
+    def record(**change: Any) -> RagRecord:
+        fields: dict[str, Any] = dict(
+            trace_id=b"\x01" * 16, service="s", variant="", start_ns=0, end_ns=0, query="q", answer="a",
+            reference_answer="r", retrieved=(RetrievedDocument("d", None, "text"),),
+        )
+        return RagRecord(**(fields | change))
+
+    both: tuple[Any, ...] = ("faithfulness", "answer_relevance")
+    base = cache_key(record(), both, "m")
+    assert cache_key(record(trace_id=b"\x02" * 16, service="other"), both, "m") == base  # not content
+    assert cache_key(record(retrieved=(RetrievedDocument("other-id", None, "text"),)), both, "m") == base  # ids are not sent
+    changed = [
+        cache_key(record(), both, "m2"),
+        cache_key(record(), ("faithfulness",), "m"),
+        cache_key(record(query="q2"), both, "m"),
+        cache_key(record(answer="a2"), both, "m"),
+        cache_key(record(reference_answer="r2"), both, "m"),
+        cache_key(record(retrieved=(RetrievedDocument("d", None, "text2"),)), both, "m"),
+        cache_key(record(reranked=(RetrievedDocument("d", None, "reranked"),)), both, "m"),
+    ]
+    assert len({base, *changed}) == 1 + len(changed)
+    prompt_fingerprint.cache_clear()
+    monkeypatch.setattr(prompts, "_SYSTEM", prompts._SYSTEM + " Be strict.")
+    assert cache_key(record(), both, "m") != base  # a prompt change is a miss
+    prompt_fingerprint.cache_clear()
