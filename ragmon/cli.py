@@ -51,7 +51,7 @@ def _build_parser() -> _Parser:
 
     def judging(p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group("generation", "Without --judge, records with an answer and contexts get the lexical faithfulness estimate (faithfulness_lexical), labelled as an estimate.")
-        g.add_argument("--judge", action="store_true", help="judge every record's answer with the LLM judge: faithfulness, answer relevance, context relevance, answer correctness (the [judge] evaluators), one call per record; needs OPENAI_API_KEY or a base URL")
+        g.add_argument("--judge", action="store_true", help="judge every record's answer with the LLM judge for every [judge] evaluator it has the content for (faithfulness, answer relevance, …), one call per record; needs OPENAI_API_KEY or a base URL")
         g.add_argument("--config", metavar="FILE", help="TOML configuration whose [judge] and [pricing] apply, as for ragmon run (default: $RAGMON_CONFIG, else built-in defaults)")
         g.add_argument("--judge-model", metavar="MODEL", help="judge model (default [judge] model)")
         g.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default [judge] base_url, else $OPENAI_BASE_URL, else OpenAI)")
