@@ -63,6 +63,7 @@ def _build_parser() -> _Parser:
     ev.add_argument("files", nargs="+", metavar="FILE")
     common(ev)
     ev.add_argument("--fail-under", action="append", default=[], metavar="METRIC@K=VALUE", help="fail (exit 1) when the mean is below VALUE, e.g. hit_rate@5=0.8, mrr=0.5 or faithfulness=0.8 (with --judge); repeatable")
+    ev.add_argument("--fail-over", action="append", default=[], metavar="METRIC=VALUE", help="fail (exit 1) when the mean is above VALUE, for a metric where higher is worse (e.g. the judge's toxicity); repeatable")
     judging(ev)
 
     cmp = commands.add_parser("compare", help="compare two runs of the same queries", description="Compare two runs of the same queries: means on their common queries, difference B − A, paired randomization-test p-value and bootstrap 95%% CI.")
@@ -231,7 +232,7 @@ def _generation(args: argparse.Namespace, runs: Sequence[Sequence[EvalRecord]], 
 
 def _eval(args: argparse.Namespace, progress: bool) -> int:
     ks = parse_ks(args.k)
-    thresholds = [parse_threshold(t) for t in args.fail_under]
+    thresholds = [parse_threshold(t) for t in args.fail_under] + [parse_threshold(t, above=True) for t in args.fail_over]
     _check_judge_flags(args)
     qrels = _qrels(args.qrels, progress)
     records = _read_run(args.files, progress, _document_id(args.document_id))
@@ -245,7 +246,7 @@ def _eval(args: argparse.Namespace, progress: bool) -> int:
                 print(f"ragmon eval: FAIL {t.key}: {result.why_none}", file=sys.stderr)
             else:
                 value = "no scored query" if result.value is None else f"{result.value:.4f}"
-                print(f"ragmon eval: FAIL {t.key} = {value} < {t.minimum:g}", file=sys.stderr)
+                print(f"ragmon eval: FAIL {t.key} = {value} {t.breaks} {t.limit:g}", file=sys.stderr)
     return EXIT_OK if report.passed else EXIT_THRESHOLD
 
 

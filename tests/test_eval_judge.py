@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 from cli_helpers import ragmon, run_json, write_jsonl
-from judge_server import JudgeServer, delay, judge_server_thread, reply, requested, status, user_text
+from judge_server import JudgeServer, delay, judge_server_thread, reply, requested, status, user_text, verdict_for
 from opentelemetry.trace import Tracer
 from otel_helpers import record_spans, to_otlp_json
+
+from ragmon.judge.prompts import EVALUATORS
 
 # Per record, by a word of its answer: (faithfulness claims, answer relevance, relevant docs, covered reference claims)
 VERDICTS: dict[str, tuple[tuple[bool, ...], str, tuple[bool, ...], tuple[bool, ...]]] = {
@@ -34,14 +36,21 @@ RECORDS: list[dict[str, Any]] = [
 MEANS = {"faithfulness": 1 / 3, "answer_relevance": 0.5, "context_relevance": 0.75, "answer_correctness": 0.5}
 
 
+def asked(body: dict[str, Any]) -> tuple[list[str], int]:
+    """The evaluators of ``MEANS`` a request asks for (other evaluators may be configured too)."""
+    names, n_docs = requested(body)
+    return [n for n in names if n in MEANS], n_docs
+
+
 def scripted(body: dict[str, Any]) -> str:
-    """A valid verdict for the evaluators ``body`` asks for, chosen by the answer's key word."""
+    """A valid verdict for the evaluators ``body`` asks for, chosen by the answer's key word (the
+    server's default verdict for any other evaluator)."""
     names, n_docs = requested(body)
     answer = user_text(body).split("ANSWER:", 1)[1].lower()
     key = next(k for k in VERDICTS if k in answer)
     claims, relevance, docs, covered = VERDICTS[key]
     assert len(docs) == n_docs or "context_relevance" not in names
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = json.loads(verdict_for(body))
     for name in names:
         if name == "faithfulness":
             out[name] = {"claims": [{"claim": f"c{i}", "supported": s} for i, s in enumerate(claims)]}
@@ -94,8 +103,7 @@ def test_exact_means_one_call_per_record(server: JudgeServer, tmp_path: Path) ->
     assert out["metrics"]["mrr"] == 1.0  # retrieval is still scored
     # one call per record with content, each covering every evaluator that applies to it
     assert len(server.requests) == 2
-    asked = sorted(requested(body)[0] for body in server.requests)
-    assert asked == [
+    assert sorted(asked(body)[0] for body in server.requests) == [
         ["faithfulness", "answer_relevance", "context_relevance"],
         ["faithfulness", "answer_relevance", "context_relevance", "answer_correctness"],
     ]
@@ -104,6 +112,10 @@ def test_exact_means_one_call_per_record(server: JudgeServer, tmp_path: Path) ->
     }
     assert out["judged"]["answer_correctness"]["scored"] == 1
     assert out["judged"]["answer_correctness"]["skips"] == {"not_applicable": 2}
+    # every evaluator of the judge is reported, each record counted once per metric
+    assert set(out["judged"]) == set(EVALUATORS) and all(k in out["metrics"] for k in EVALUATORS)
+    for counts in out["judged"].values():
+        assert counts["scored"] + counts["failed"] + counts["skipped"] == 3
     assert out["judge"] == {"model": "judge-model"}
     assert stderr == (
         "ragmon eval: judge judge-model: 2 record(s) sent, 0 from the cache; $0.0000 + 240 unpriced tokens, "
@@ -306,7 +318,7 @@ def test_otlp_json_dump_with_a_context_not_captured(server: JudgeServer, tmp_pat
     dump.write_bytes(to_otlp_json(list(record_spans(_partial))))
     out, _ = judged_json("eval", dump, *judge_args(server, tmp_path))
     # faithfulness and context relevance need every document's text: not judged on half of it
-    assert requested(server.requests[0])[0] == ["answer_relevance"]
+    assert asked(server.requests[0])[0] == ["answer_relevance"]
     assert out["judged"]["faithfulness"]["skips"] == {"not_applicable": 1}
     assert out["judged"]["answer_relevance"]["scored"] == 1
 
@@ -348,9 +360,8 @@ def test_record_without_contexts_is_not_judged_for_faithfulness(server: JudgeSer
     no_contexts = {k: v for k, v in RECORDS[1].items() if k != "contexts"}
     empty = {**RECORDS[1], "query_id": "e", "query": "Empty?", "contexts": []}
     out, _ = judged_json("eval", write_jsonl(tmp_path / "run.jsonl", [no_contexts, empty]), *judge_args(server, tmp_path))
-    asked = [requested(body) for body in server.requests]
     # unknown contexts: only answer relevance; an empty list: the answer is judged against nothing
-    assert sorted(asked) == [(["answer_relevance"], 0), (["faithfulness", "answer_relevance"], 0)]
+    assert sorted(asked(body) for body in server.requests) == [(["answer_relevance"], 0), (["faithfulness", "answer_relevance"], 0)]
     assert out["judged"]["faithfulness"]["scored"] == 1 and out["judged"]["faithfulness"]["skips"] == {"not_applicable": 1}
     assert out["judged"]["context_relevance"]["skips"] == {"not_applicable": 2}
 
@@ -420,3 +431,18 @@ def test_cache_key_covers_content_model_evaluators_and_prompts(monkeypatch: pyte
     monkeypatch.setattr(prompts, "_SYSTEM", prompts._SYSTEM + " Be strict.")
     assert cache_key(record(), both, "m") != base  # a prompt change is a miss
     prompt_fingerprint.cache_clear()
+
+
+def test_fail_over_for_metrics_where_higher_is_worse(server: JudgeServer, tmp_path: Path) -> None:
+    run = write_jsonl(tmp_path / "run.jsonl", RECORDS)
+    over = ragmon("eval", run, *judge_args(server, tmp_path), "--fail-over", "answer_relevance=0.4", "--format", "json")
+    assert over.returncode == 1 and "FAIL answer_relevance = 0.5000 > 0.4" in over.stderr
+    assert json.loads(over.stdout)["thresholds"] == [
+        {"metric": "answer_relevance", "max": 0.4, "value": 0.5, "passed": False},
+    ]
+    ok = ragmon("eval", run, *judge_args(server, tmp_path), "--fail-over", "answer_relevance=0.5")
+    assert ok.returncode == 0 and "ok    answer_relevance = 0.5000 <= 0.5" in ok.stdout
+    # toxicity (0 = clean) takes --fail-over only; before the judge has it, it is unknown
+    wrong = ragmon("eval", run, "--fail-under", "toxicity=0.1")
+    expected = "gate it with --fail-over toxicity=VALUE" if "toxicity" in EVALUATORS else "unknown metric"
+    assert wrong.returncode == 2 and expected in wrong.stderr

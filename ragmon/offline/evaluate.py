@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from ragmon.errors import UsageError
 from ragmon.metrics.batch import METRICS, BatchScores, score_queries
@@ -12,6 +13,7 @@ from ragmon.offline.generation import ESTIMATES, GENERATION_METRICS, GenerationR
 from ragmon.offline.records import EvalRecord, Qrels
 
 __all__ = [
+    "HIGHER_IS_WORSE",
     "Threshold",
     "ThresholdResult",
     "EvalReport",
@@ -22,6 +24,10 @@ __all__ = [
     "check_generation",
     "evaluate",
 ]
+
+
+HIGHER_IS_WORSE: Final = frozenset({"toxicity"})
+"""Metrics gated with ``--fail-over`` only (an evaluator of the judge where 0 is best)."""
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -37,10 +43,22 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Threshold:
-    """``--fail-under``: the mean of ``key`` (e.g. ``hit_rate@5``, ``mrr``) must be >= ``minimum``."""
+    """``--fail-under``: the mean of ``key`` (e.g. ``hit_rate@5``, ``mrr``) must be >= ``limit``;
+    ``--fail-over`` (``above``): it must be <= ``limit`` (a metric where higher is worse)."""
 
     key: str
-    minimum: float
+    limit: float
+    above: bool = False
+
+    @property
+    def holds(self) -> str:
+        """The relation the mean must have to the limit, as printed."""
+        return "<=" if self.above else ">="
+
+    @property
+    def breaks(self) -> str:
+        """The relation of a failing mean to the limit, as printed."""
+        return ">" if self.above else "<"
 
     @property
     def k(self) -> int | None:
@@ -48,30 +66,35 @@ class Threshold:
         return int(self.key.split("@")[1]) if "@" in self.key else None
 
 
-def parse_threshold(text: str) -> Threshold:
+def parse_threshold(text: str, above: bool = False) -> Threshold:
     """Parse ``METRIC@K=VALUE`` (``mrr=VALUE`` for MRR, ``faithfulness=VALUE`` etc. for the
-    generation metrics, which have no k); ``UsageError`` naming the problem."""
+    generation metrics, which have no k) of ``--fail-under`` (``--fail-over`` when ``above``);
+    ``UsageError`` naming the problem. A metric where higher is worse (``HIGHER_IS_WORSE``)
+    takes only ``--fail-over``."""
+    flag = "--fail-over" if above else "--fail-under"
     spec, sep, value = text.partition("=")
     if not sep:
-        raise UsageError(f"--fail-under takes METRIC@K=VALUE, got {text!r}")
+        raise UsageError(f"{flag} takes METRIC@K=VALUE, got {text!r}")
     name, at, k = spec.strip().lower().partition("@")
     known = (*METRICS, *GENERATION_METRICS)
     if name not in known:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f" (did you mean {close[0]}?)" if close else f" (one of {', '.join(known)})"
-        raise UsageError(f"--fail-under: unknown metric {name!r}{hint}")
+        raise UsageError(f"{flag}: unknown metric {name!r}{hint}")
+    if name in HIGHER_IS_WORSE and not above:
+        raise UsageError(f"--fail-under: higher {name} is worse; gate it with --fail-over {name}=VALUE")
     no_k = name == "mrr" or name in GENERATION_METRICS
     if no_k and at:
-        raise UsageError(f"--fail-under: {name} takes no @K, got {text!r}")
+        raise UsageError(f"{flag}: {name} takes no @K, got {text!r}")
     if not no_k and (not at or not k.isdecimal() or int(k) < 1):
-        raise UsageError(f"--fail-under: {name} needs a cut-off, e.g. {name}@5=0.8, got {text!r}")
+        raise UsageError(f"{flag}: {name} needs a cut-off, e.g. {name}@5=0.8, got {text!r}")
     try:
-        minimum = float(value)
+        limit = float(value)
     except ValueError:
-        raise UsageError(f"--fail-under: {value!r} is not a number in {text!r}") from None
-    if not 0.0 <= minimum <= 1.0:
-        raise UsageError(f"--fail-under: the value must be between 0 and 1, got {text!r}")
-    return Threshold(name if no_k else f"{name}@{int(k)}", minimum)
+        raise UsageError(f"{flag}: {value!r} is not a number in {text!r}") from None
+    if not 0.0 <= limit <= 1.0:
+        raise UsageError(f"{flag}: the value must be between 0 and 1, got {text!r}")
+    return Threshold(name if no_k else f"{name}@{int(k)}", limit, above)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +108,11 @@ class ThresholdResult:
 
     @property
     def passed(self) -> bool:
-        """True when the mean exists and is at least the minimum."""
-        return self.value is not None and self.value >= self.threshold.minimum
+        """True when the mean exists and is on the right side of the limit."""
+        if self.value is None:
+            return False
+        t = self.threshold
+        return self.value <= t.limit if t.above else self.value >= t.limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,11 +71,11 @@ def _threshold_lines(report: EvalReport, markdown: bool) -> list[str]:
     for result in report.thresholds:
         t = result.threshold
         if result.value is None:
-            verdict, detail = "FAIL", f"{t.key}: {result.why_none} (need >= {t.minimum:g})"
+            verdict, detail = "FAIL", f"{t.key}: {result.why_none} (need {t.holds} {t.limit:g})"
         elif result.passed:
-            verdict, detail = "ok", f"{t.key} = {result.value:.4f} >= {t.minimum:g}"
+            verdict, detail = "ok", f"{t.key} = {result.value:.4f} {t.holds} {t.limit:g}"
         else:
-            verdict, detail = "FAIL", f"{t.key} = {result.value:.4f} < {t.minimum:g}"
+            verdict, detail = "FAIL", f"{t.key} = {result.value:.4f} {t.breaks} {t.limit:g}"
         if markdown:
             lines.append(f"- {'✅' if result.passed else '❌'} {detail}")
         else:
@@ -116,7 +116,7 @@ def eval_json(report: EvalReport) -> dict[str, Any]:
         out["metrics"].update(extra.pop("metrics", {}))
         out.update(extra)
     out["thresholds"] = [
-        {"metric": r.threshold.key, "min": r.threshold.minimum, "value": r.value, "passed": r.passed}
+        {"metric": r.threshold.key, "max" if r.threshold.above else "min": r.threshold.limit, "value": r.value, "passed": r.passed}
         | ({} if r.value is not None else {"reason": r.why_none})
         for r in report.thresholds
     ]
