@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NoReturn
 
 from ragmon import __version__
 from ragmon.config import Config, ScoringConfig, check_document_id_place, load_config
 from ragmon.errors import ConfigError, InputError, RagmonError, UsageError
 from ragmon.groundtruth.relevance import read_golden_queries
-from ragmon.offline.compare import compare_runs
+from ragmon.offline.cache import DEFAULT_CACHE
+from ragmon.offline.compare import compare_runs, index_run
 from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold
 from ragmon.offline.files import read_records
+from ragmon.offline.generation import GENERATION_METRICS, GenerationReport, lexical_estimates
 from ragmon.offline.records import EvalRecord, Qrels, read_qrels
 from ragmon.offline.report import FORMATS, render_compare, render_eval
 
@@ -45,10 +49,22 @@ def _build_parser() -> _Parser:
         places = ",".join(ScoringConfig().document_id)
         p.add_argument("--document-id", default=places, metavar="PLACE,…", help=f"for OTLP/JSON trace dumps: where document ids come from, in order (default {places}; e.g. metadata.doc_id,document.id)")
 
+    def judging(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("generation", "Without --judge, records with an answer and contexts get the lexical faithfulness estimate (faithfulness_lexical), labelled as an estimate.")
+        g.add_argument("--judge", action="store_true", help="judge every record's answer with the LLM judge for every [judge] evaluator it has the content for (faithfulness, answer relevance, …), one call per record; needs OPENAI_API_KEY or a base URL")
+        g.add_argument("--config", metavar="FILE", help="TOML configuration whose [judge] and [pricing] apply, as for ragmon run (default: $RAGMON_CONFIG, else built-in defaults)")
+        g.add_argument("--judge-model", metavar="MODEL", help="judge model (default [judge] model)")
+        g.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default [judge] base_url, else $OPENAI_BASE_URL, else OpenAI)")
+        g.add_argument("--judge-concurrency", type=int, metavar="N", help="calls in flight (default [judge] concurrency)")
+        g.add_argument("--cache", default=DEFAULT_CACHE, metavar="FILE", help=f"judgements by content, so a re-run costs nothing (default {DEFAULT_CACHE})")
+        g.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+
     ev = commands.add_parser("eval", help="score JSONL files of RAG records", description="Score JSONL files of RAG records (one run). Exit 1 when a --fail-under threshold fails, 2 on bad input.")
     ev.add_argument("files", nargs="+", metavar="FILE")
     common(ev)
-    ev.add_argument("--fail-under", action="append", default=[], metavar="METRIC@K=VALUE", help="fail (exit 1) when the mean is below VALUE, e.g. hit_rate@5=0.8 or mrr=0.5; repeatable")
+    ev.add_argument("--fail-under", action="append", default=[], metavar="METRIC@K=VALUE", help="fail (exit 1) when the mean is below VALUE, e.g. hit_rate@5=0.8, mrr=0.5 or faithfulness=0.8 (with --judge); repeatable")
+    ev.add_argument("--fail-over", action="append", default=[], metavar="METRIC=VALUE", help="fail (exit 1) when the mean is above VALUE, for a metric where higher is worse (e.g. the judge's toxicity); repeatable")
+    judging(ev)
 
     cmp = commands.add_parser("compare", help="compare two runs of the same queries", description="Compare two runs of the same queries: means on their common queries, difference B − A, paired randomization-test p-value and bootstrap 95%% CI.")
     cmp.add_argument("a", metavar="A")
@@ -56,6 +72,7 @@ def _build_parser() -> _Parser:
     common(cmp)
     cmp.add_argument("--seed", type=int, default=0, help="random seed of the tests (default 0)")
     cmp.add_argument("--resamples", type=int, default=10_000, help="resamples of each test (default 10000)")
+    judging(cmp)
     run = commands.add_parser("run", help="run the sidecar: OTLP receivers, scoring, /metrics", description="Run the sidecar: OTLP/HTTP and OTLP/gRPC receivers, trace assembly, scoring and the Prometheus endpoint. Runs with no configuration file; stops cleanly on SIGTERM.")
     run.add_argument("--config", metavar="FILE", help="TOML configuration (default: $RAGMON_CONFIG, else built-in defaults)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)")
@@ -161,17 +178,89 @@ def _qrels(path: str | None, progress: bool) -> Qrels | None:
     return None if path is None else read_qrels(path, progress=progress)
 
 
+def _check_judge_flags(args: argparse.Namespace) -> None:
+    """Judge flags without ``--judge`` are a usage error (they would silently do nothing)."""
+    if args.judge:
+        if args.judge_concurrency is not None and args.judge_concurrency < 1:
+            raise UsageError(f"--judge-concurrency must be >= 1, got {args.judge_concurrency}")
+        return
+    given = [flag for flag, value in (
+        ("--judge-model", args.judge_model), ("--judge-base-url", args.judge_base_url),
+        ("--judge-concurrency", args.judge_concurrency), ("--config", args.config),
+    ) if value is not None]
+    if given:
+        raise UsageError(f"{given[0]} needs --judge")
+
+
+def _generation(args: argparse.Namespace, runs: Sequence[Sequence[EvalRecord]], progress: bool) -> list[GenerationReport]:
+    """Each run's generation report: judged with ``--judge`` (all runs in one judge session:
+    one concurrency cap, budget and cache), else the lexical estimates."""
+    if not args.judge:
+        return [lexical_estimates(run) for run in runs]
+    import asyncio
+
+    from ragmon.judge.client import JudgeClient, endpoint_from_config
+    from ragmon.offline.cache import JudgeCache
+    from ragmon.offline.judging import judge_records
+    from ragmon.scoring.pricing import Pricer
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    judge = replace(
+        config.judge,
+        enabled=True,
+        model=args.judge_model or config.judge.model,
+        base_url=args.judge_base_url if args.judge_base_url is not None else config.judge.base_url,
+        concurrency=args.judge_concurrency or config.judge.concurrency,
+    )
+    if not (judge.base_url.strip() or os.environ.get("OPENAI_BASE_URL", "").strip() or os.environ.get(judge.api_key_env, "").strip()):
+        raise UsageError(f"--judge needs an endpoint: set {judge.api_key_env}, or --judge-base-url (or [judge] base_url, or OPENAI_BASE_URL)")
+    endpoint = endpoint_from_config(judge, os.environ)
+    assert endpoint is not None  # enabled=True always gives one
+    records = [r for run in runs for r in run]
+    cache = None if args.no_cache else JudgeCache(args.cache)
+
+    async def go() -> GenerationReport:
+        client = JudgeClient(endpoint, judge.model, judge.timeout)
+        return await judge_records(records, judge, client, Pricer.from_config(config), cache=cache, progress=progress)
+
+    try:
+        report = asyncio.run(go())
+    finally:
+        if cache is not None:
+            cache.close()
+    cost = f"${report.cost_usd:.4f}" + (f" + {report.unpriced_tokens} unpriced tokens" if report.unpriced_tokens else "")
+    print(
+        f"ragmon {args.command}: judge {report.model}: {report.judged} record(s) sent, {report.cached} from the cache; "
+        f"{cost}, {report.input_tokens} input + {report.output_tokens} output tokens",
+        file=sys.stderr,
+    )
+    failed = {m.key: m.failures for m in report.metrics if m.failures}
+    if failed:
+        listed = ", ".join(f"{k} {n}" for k, n in failed.items())
+        print(f"ragmon {args.command}: judgements failed (records per metric: {listed}); never scored, see the report", file=sys.stderr)
+    return report.split([len(run) for run in runs])
+
+
 def _eval(args: argparse.Namespace, progress: bool) -> int:
     ks = parse_ks(args.k)
-    thresholds = [parse_threshold(t) for t in args.fail_under]
+    thresholds = [parse_threshold(t) for t in args.fail_under] + [parse_threshold(t, above=True) for t in args.fail_over]
+    _check_judge_flags(args)
     qrels = _qrels(args.qrels, progress)
     records = _read_run(args.files, progress, _document_id(args.document_id))
-    report = evaluate(args.files, records, qrels, ks, thresholds)
+    [generation] = _generation(args, [records], progress)
+    report = evaluate(args.files, records, qrels, ks, thresholds, generation)
     print(render_eval(report, args.format))
     for result in report.thresholds:
         if not result.passed:
-            value = "no scored query" if result.value is None else f"{result.value:.4f}"
-            print(f"ragmon eval: FAIL {result.threshold.key} = {value} < {result.threshold.minimum:g}", file=sys.stderr)
+            t = result.threshold
+            if result.value is None and t.key in GENERATION_METRICS:
+                print(f"ragmon eval: FAIL {t.key}: {result.why_none}", file=sys.stderr)
+            else:
+                value = "no scored query" if result.value is None else f"{result.value:.4f}"
+                print(f"ragmon eval: FAIL {t.key} = {value} {t.breaks} {t.limit:g}", file=sys.stderr)
     return EXIT_OK if report.passed else EXIT_THRESHOLD
 
 
@@ -179,11 +268,17 @@ def _compare(args: argparse.Namespace, progress: bool) -> int:
     ks = parse_ks(args.k)
     if args.resamples < 1:
         raise UsageError(f"--resamples must be >= 1, got {args.resamples}")
+    _check_judge_flags(args)
     qrels = _qrels(args.qrels, progress)
     places = _document_id(args.document_id)
     run_a = _read_run([args.a], progress, places)
     run_b = _read_run([args.b], progress, places)
-    comparison = compare_runs(args.a, run_a, args.b, run_b, qrels, ks, resamples=args.resamples, seed=args.seed)
+    index_run(run_a), index_run(run_b)  # a repeated query is an error before any judge call
+    generation_a, generation_b = _generation(args, [run_a, run_b], progress)
+    comparison = compare_runs(
+        args.a, run_a, args.b, run_b, qrels, ks, resamples=args.resamples, seed=args.seed,
+        generation_a=generation_a, generation_b=generation_b,
+    )
     print(render_compare(comparison, args.format))
     return EXIT_OK
 

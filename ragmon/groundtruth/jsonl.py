@@ -10,10 +10,18 @@ from typing import Any
 
 from ragmon.errors import InputError
 
-__all__ = ["PROGRESS_MIN_BYTES", "iter_jsonl", "read_bytes_lines"]
+__all__ = ["PROGRESS_MIN_BYTES", "iter_jsonl", "progress_bar", "read_bytes_lines"]
 
 PROGRESS_MIN_BYTES = 1 << 20
 """Files at least this large get a progress bar (when progress is on)."""
+
+
+def progress_bar(total: int, unit: str, desc: str) -> Any:
+    """The progress bar of ``eval`` and ``compare`` on stderr (a ``tqdm``; the caller closes it).
+    Callers show it only when stderr is a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, file=sys.stderr, leave=False, mininterval=0.2)
 
 
 def read_bytes_lines(path: str, *, progress: bool = False) -> Generator[tuple[int, bytes], None, None]:
@@ -27,14 +35,7 @@ def read_bytes_lines(path: str, *, progress: bool = False) -> Generator[tuple[in
             size = os.fstat(handle.fileno()).st_size
         except OSError:
             size = 0
-        bar = None
-        if progress and size >= PROGRESS_MIN_BYTES:
-            from tqdm import tqdm
-
-            bar = tqdm(
-                total=size, unit="B", unit_scale=True, desc=os.path.basename(path),
-                file=sys.stderr, leave=False, mininterval=0.2,
-            )
+        bar = progress_bar(size, "B", os.path.basename(path)) if progress and size >= PROGRESS_MIN_BYTES else None
         try:
             for number, raw in enumerate(handle, start=1):
                 if bar is not None:

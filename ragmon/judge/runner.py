@@ -216,6 +216,12 @@ class Judge(Worker):
         self.stop_timeout = stop_timeout
         """Seconds calls in flight get to finish on exit (``stop``)."""
 
+    @property
+    def evaluators(self) -> tuple[Evaluator, ...]:
+        """The evaluators this judge runs (``[judge] evaluators``, less the document ones when
+        ``send_documents`` is off), in canonical order."""
+        return self._evaluators
+
     # -- submission (synchronous) ------------------------------------------------------------
 
     def submit(self, record: RagRecord, now: float, probe: bool = False) -> SubmitResult:

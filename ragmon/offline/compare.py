@@ -10,10 +10,11 @@ import numpy as np
 from ragmon.errors import InputError
 from ragmon.groundtruth.text import normalize_query
 from ragmon.offline.evaluate import score_records
+from ragmon.offline.generation import GenerationReport
 from ragmon.offline.records import EvalRecord, Qrels
 from ragmon.offline.stats import bootstrap_ci, randomization_p_values
 
-__all__ = ["MetricComparison", "Comparison", "query_key", "index_run", "compare_runs"]
+__all__ = ["MetricComparison", "Comparison", "query_key", "index_run", "compare_runs", "compare_generation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,8 @@ class MetricComparison:
     p_value: float | None
     ci_low: float | None
     ci_high: float | None
+    pairs: int = 0
+    """Queries the metric was compared on (scored in both runs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,11 @@ class Comparison:
     resamples: int
     seed: int
     metrics: tuple[MetricComparison, ...]
+    generation: tuple[MetricComparison, ...] = ()
+    """Generation metrics (judged, or the lexical estimates), each on the common queries
+    scored in both runs."""
+    generation_a: GenerationReport | None = None
+    generation_b: GenerationReport | None = None
 
 
 def query_key(record: EvalRecord) -> str:
@@ -66,6 +74,52 @@ def index_run(records: Iterable[EvalRecord]) -> dict[str, EvalRecord]:
     return index
 
 
+def _test(diffs: np.ndarray, resamples: int, rng: np.random.Generator) -> tuple[float | None, float | None, float | None]:
+    """p-value and CI of one column of differences (``None`` for no pairs)."""
+    if diffs.shape[0] == 0:
+        return None, None, None
+    p_value = randomization_p_values(diffs, resamples, rng)
+    low, high = bootstrap_ci(diffs, resamples, rng)
+    return float(p_value[0]), float(low[0]), float(high[0])
+
+
+def compare_generation(
+    positions_a: Sequence[int],
+    positions_b: Sequence[int],
+    generation_a: GenerationReport,
+    generation_b: GenerationReport,
+    resamples: int,
+    seed: int,
+) -> tuple[MetricComparison, ...]:
+    """Per generation metric of both reports: the common queries (``positions_a[i]`` and
+    ``positions_b[i]`` are one query's records in each run) scored in both runs, their means, B − A, the paired
+    randomization-test p-value and the bootstrap CI. Each metric has its own random stream
+    (seeded by ``seed`` and its position), so one metric's pairs do not move another's draws."""
+    out: list[MetricComparison] = []
+    for j, metric_a in enumerate(generation_a.metrics):
+        metric_b = generation_b.get(metric_a.key)
+        if metric_b is None:
+            continue
+        pairs = [
+            (sa, sb)
+            for ia, ib in zip(positions_a, positions_b)
+            if (sa := metric_a.scores[ia]) is not None and (sb := metric_b.scores[ib]) is not None
+        ]
+        a = np.array([p[0] for p in pairs], dtype=np.float64)
+        b = np.array([p[1] for p in pairs], dtype=np.float64)
+        rng = np.random.default_rng([seed, j])
+        p_value, low, high = _test((b - a).reshape(-1, 1), resamples, rng)
+        n = len(pairs)
+        out.append(MetricComparison(
+            metric_a.key,
+            float(a.mean()) if n else None,
+            float(b.mean()) if n else None,
+            float((b - a).mean()) if n else None,
+            p_value, low, high, n,
+        ))
+    return tuple(out)
+
+
 def compare_runs(
     file_a: str,
     run_a: Sequence[EvalRecord],
@@ -76,8 +130,12 @@ def compare_runs(
     *,
     resamples: int = 10_000,
     seed: int = 0,
+    generation_a: GenerationReport | None = None,
+    generation_b: GenerationReport | None = None,
 ) -> Comparison:
-    """Score both runs, pair them on their common labelled queries and test each metric."""
+    """Score both runs, pair them on their common labelled queries and test each metric; with
+    both runs' generation reports (aligned with ``run_a`` / ``run_b``), each generation metric
+    too, on the common queries scored in both runs."""
     index_a, index_b = index_run(run_a), index_run(run_b)
     common = [key for key in index_a if key in index_b]
     scores_a = score_records([index_a[k] for k in common], qrels, ks)
@@ -106,9 +164,18 @@ def compare_runs(
             num(p_values[j]),
             num(low[j]),
             num(high[j]),
+            paired,
         )
         for j, key in enumerate(keys)
     )
+    generation: tuple[MetricComparison, ...] = ()
+    if generation_a is not None and generation_b is not None:
+        position_a = {query_key(r): i for i, r in enumerate(run_a)}
+        position_b = {query_key(r): i for i, r in enumerate(run_b)}
+        generation = compare_generation(
+            [position_a[k] for k in common], [position_b[k] for k in common],
+            generation_a, generation_b, resamples, seed,
+        )
     return Comparison(
         file_a=file_a,
         file_b=file_b,
@@ -119,4 +186,7 @@ def compare_runs(
         resamples=resamples,
         seed=seed,
         metrics=metrics,
+        generation=generation,
+        generation_a=generation_a,
+        generation_b=generation_b,
     )

@@ -5,12 +5,15 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from ragmon.errors import UsageError
 from ragmon.metrics.batch import METRICS, BatchScores, score_queries
+from ragmon.offline.generation import ESTIMATES, GENERATION_METRICS, GenerationReport
 from ragmon.offline.records import EvalRecord, Qrels
 
 __all__ = [
+    "HIGHER_IS_WORSE",
     "Threshold",
     "ThresholdResult",
     "EvalReport",
@@ -18,8 +21,13 @@ __all__ = [
     "parse_ks",
     "parse_threshold",
     "score_records",
+    "check_generation",
     "evaluate",
 ]
+
+
+HIGHER_IS_WORSE: Final = frozenset({"toxicity"})
+"""Metrics gated with ``--fail-over`` only (an evaluator of the judge where 0 is best)."""
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -35,10 +43,22 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Threshold:
-    """``--fail-under``: the mean of ``key`` (e.g. ``hit_rate@5``, ``mrr``) must be >= ``minimum``."""
+    """``--fail-under``: the mean of ``key`` (e.g. ``hit_rate@5``, ``mrr``) must be >= ``limit``;
+    ``--fail-over`` (``above``): it must be <= ``limit`` (a metric where higher is worse)."""
 
     key: str
-    minimum: float
+    limit: float
+    above: bool = False
+
+    @property
+    def holds(self) -> str:
+        """The relation the mean must have to the limit, as printed."""
+        return "<=" if self.above else ">="
+
+    @property
+    def breaks(self) -> str:
+        """The relation of a failing mean to the limit, as printed."""
+        return ">" if self.above else "<"
 
     @property
     def k(self) -> int | None:
@@ -46,27 +66,35 @@ class Threshold:
         return int(self.key.split("@")[1]) if "@" in self.key else None
 
 
-def parse_threshold(text: str) -> Threshold:
-    """Parse ``METRIC@K=VALUE`` (``mrr=VALUE`` for MRR); ``UsageError`` naming the problem."""
+def parse_threshold(text: str, above: bool = False) -> Threshold:
+    """Parse ``METRIC@K=VALUE`` (``mrr=VALUE`` for MRR, ``faithfulness=VALUE`` etc. for the
+    generation metrics, which have no k) of ``--fail-under`` (``--fail-over`` when ``above``);
+    ``UsageError`` naming the problem. A metric where higher is worse (``HIGHER_IS_WORSE``)
+    takes only ``--fail-over``."""
+    flag = "--fail-over" if above else "--fail-under"
     spec, sep, value = text.partition("=")
     if not sep:
-        raise UsageError(f"--fail-under takes METRIC@K=VALUE, got {text!r}")
+        raise UsageError(f"{flag} takes METRIC@K=VALUE, got {text!r}")
     name, at, k = spec.strip().lower().partition("@")
-    if name not in METRICS:
-        close = difflib.get_close_matches(name, METRICS, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else f" (one of {', '.join(METRICS)})"
-        raise UsageError(f"--fail-under: unknown metric {name!r}{hint}")
-    if name == "mrr" and at:
-        raise UsageError(f"--fail-under: mrr takes no @K, got {text!r}")
-    if name != "mrr" and (not at or not k.isdecimal() or int(k) < 1):
-        raise UsageError(f"--fail-under: {name} needs a cut-off, e.g. {name}@5=0.8, got {text!r}")
+    known = (*METRICS, *GENERATION_METRICS)
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else f" (one of {', '.join(known)})"
+        raise UsageError(f"{flag}: unknown metric {name!r}{hint}")
+    if name in HIGHER_IS_WORSE and not above:
+        raise UsageError(f"--fail-under: higher {name} is worse; gate it with --fail-over {name}=VALUE")
+    no_k = name == "mrr" or name in GENERATION_METRICS
+    if no_k and at:
+        raise UsageError(f"{flag}: {name} takes no @K, got {text!r}")
+    if not no_k and (not at or not k.isdecimal() or int(k) < 1):
+        raise UsageError(f"{flag}: {name} needs a cut-off, e.g. {name}@5=0.8, got {text!r}")
     try:
-        minimum = float(value)
+        limit = float(value)
     except ValueError:
-        raise UsageError(f"--fail-under: {value!r} is not a number in {text!r}") from None
-    if not 0.0 <= minimum <= 1.0:
-        raise UsageError(f"--fail-under: the value must be between 0 and 1, got {text!r}")
-    return Threshold(name if name == "mrr" else f"{name}@{int(k)}", minimum)
+        raise UsageError(f"{flag}: {value!r} is not a number in {text!r}") from None
+    if not 0.0 <= limit <= 1.0:
+        raise UsageError(f"{flag}: the value must be between 0 and 1, got {text!r}")
+    return Threshold(name if no_k else f"{name}@{int(k)}", limit, above)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +103,16 @@ class ThresholdResult:
 
     threshold: Threshold
     value: float | None
+    why_none: str = "no query was scored"
+    """Why there is no value (when ``value`` is ``None``)."""
 
     @property
     def passed(self) -> bool:
-        """True when the mean exists and is at least the minimum."""
-        return self.value is not None and self.value >= self.threshold.minimum
+        """True when the mean exists and is on the right side of the limit."""
+        if self.value is None:
+            return False
+        t = self.threshold
+        return self.value <= t.limit if t.above else self.value >= t.limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +124,8 @@ class EvalReport:
     scores: BatchScores
     means: dict[str, float | None]
     thresholds: tuple[ThresholdResult, ...]
+    generation: GenerationReport | None = None
+    """Judged generation metrics (``--judge``) or the lexical estimates."""
 
     @property
     def passed(self) -> bool:
@@ -114,16 +149,39 @@ def score_records(records: Sequence[EvalRecord], qrels: Qrels | None, ks: Iterab
     )
 
 
+def check_generation(threshold: Threshold, generation: GenerationReport | None) -> ThresholdResult:
+    """A threshold on a generation metric, against the run's judged or estimated metrics."""
+    key = threshold.key
+    found = generation.get(key) if generation is not None else None
+    if found is None:
+        if key in ESTIMATES:
+            why = f"{key} is the estimate made without --judge; with --judge, gate on {key.split('_')[0]}"
+        elif generation is not None and generation.mode == "llm":
+            why = f"{key} is not one of the judge's evaluators ([judge] evaluators, send_documents)"
+        else:
+            why = f"{key} is judged only with --judge" + (
+                f" (the lexical estimate is {key}_lexical)" if f"{key}_lexical" in ESTIMATES else ""
+            )
+        return ThresholdResult(threshold, None, why)
+    why = f"no record was scored for {key} ({found.failures} failed, {found.skips} skipped)"
+    return ThresholdResult(threshold, found.mean, why)
+
+
 def evaluate(
     files: Sequence[str],
     records: Sequence[EvalRecord],
     qrels: Qrels | None,
     ks: Iterable[int],
     thresholds: Sequence[Threshold] = (),
+    generation: GenerationReport | None = None,
 ) -> EvalReport:
-    """Score records at ``ks`` (plus any cut-off a threshold needs) and check the thresholds."""
+    """Score records at ``ks`` (plus any cut-off a threshold needs) and check the thresholds,
+    those on generation metrics against ``generation``."""
     cutoffs = set(ks) | {t.k for t in thresholds if t.k is not None}
     scores = score_records(records, qrels, cutoffs)
     means = scores.means()
-    results = tuple(ThresholdResult(t, means[t.key]) for t in thresholds)
-    return EvalReport(tuple(files), len(records), scores, means, results)
+    results = tuple(
+        check_generation(t, generation) if t.key in GENERATION_METRICS else ThresholdResult(t, means[t.key])
+        for t in thresholds
+    )
+    return EvalReport(tuple(files), len(records), scores, means, results, generation)

@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 from ragmon.metrics.batch import METRICS
-from ragmon.offline.compare import Comparison
+from ragmon.offline.compare import Comparison, MetricComparison
 from ragmon.offline.evaluate import EvalReport
+from ragmon.offline.generation import GenerationReport, MetricResults
 
-__all__ = ["FORMATS", "render_eval", "render_compare", "eval_json", "compare_json"]
+__all__ = ["FORMATS", "render_eval", "render_compare", "eval_json", "compare_json", "generation_json"]
 
 FORMATS = ("table", "json", "markdown")
 _MAX_LISTED = 10
@@ -70,11 +71,11 @@ def _threshold_lines(report: EvalReport, markdown: bool) -> list[str]:
     for result in report.thresholds:
         t = result.threshold
         if result.value is None:
-            verdict, detail = "FAIL", f"{t.key}: no query was scored (need >= {t.minimum:g})"
+            verdict, detail = "FAIL", f"{t.key}: {result.why_none} (need {t.holds} {t.limit:g})"
         elif result.passed:
-            verdict, detail = "ok", f"{t.key} = {result.value:.4f} >= {t.minimum:g}"
+            verdict, detail = "ok", f"{t.key} = {result.value:.4f} {t.holds} {t.limit:g}"
         else:
-            verdict, detail = "FAIL", f"{t.key} = {result.value:.4f} < {t.minimum:g}"
+            verdict, detail = "FAIL", f"{t.key} = {result.value:.4f} {t.breaks} {t.limit:g}"
         if markdown:
             lines.append(f"- {'✅' if result.passed else '❌'} {detail}")
         else:
@@ -82,20 +83,95 @@ def _threshold_lines(report: EvalReport, markdown: bool) -> list[str]:
     return lines
 
 
+def _counts(metric: MetricResults) -> dict[str, Any]:
+    return {
+        "scored": metric.scored, "failed": metric.failures, "skipped": metric.skips,
+        "failures": metric.failed, "skips": metric.skipped,
+    }
+
+
+def generation_json(generation: GenerationReport) -> dict[str, Any]:
+    """The generation part of a JSON report: judged metrics go to ``metrics`` with their counts
+    in ``judged`` and the judge model in ``judge``; lexical estimates go to ``estimates`` with
+    their counts in ``estimated`` (never under a judged metric's name). Nothing that depends on
+    what the cache held (calls, cost) is in it, so a re-run prints the same report."""
+    means = {m.key: m.mean for m in generation.metrics}
+    counts = {m.key: _counts(m) for m in generation.metrics}
+    if generation.mode == "lexical":
+        return {"estimates": means, "estimated": counts}
+    return {"metrics": means, "judged": counts, "judge": {"model": generation.model}}
+
+
 def eval_json(report: EvalReport) -> dict[str, Any]:
     """The ``--format json`` object of SPEC §8a, plus files, records and threshold results."""
-    return {
+    out: dict[str, Any] = {
         "queries": report.scores.queries,
         "unlabelled": report.scores.unlabelled,
         "records": report.records,
         "files": list(report.files),
-        "metrics": report.means,
-        "thresholds": [
-            {"metric": r.threshold.key, "min": r.threshold.minimum, "value": r.value, "passed": r.passed}
-            for r in report.thresholds
-        ],
-        "passed": report.passed,
+        "metrics": dict(report.means),
     }
+    if report.generation is not None:
+        extra = generation_json(report.generation)
+        out["metrics"].update(extra.pop("metrics", {}))
+        out.update(extra)
+    out["thresholds"] = [
+        {"metric": r.threshold.key, "max" if r.threshold.above else "min": r.threshold.limit, "value": r.value, "passed": r.passed}
+        | ({} if r.value is not None else {"reason": r.why_none})
+        for r in report.thresholds
+    ]
+    out["passed"] = report.passed
+    return out
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in counts.items())
+
+
+def _generation_title(generation: GenerationReport) -> str:
+    if generation.mode == "lexical":
+        return (
+            "generation: lexical ESTIMATES (word overlap with the contexts, not judged; "
+            "--judge for judged scores)"
+        )
+    return f"generation: judged by {generation.model}, one call per record"
+
+
+def _generation_rows(generation: GenerationReport) -> tuple[list[str], list[list[str]]]:
+    header = ["metric", "mean", "scored", "failed", "skipped"]
+    rows = [
+        [m.key, _num(m.mean), str(m.scored), str(m.failures), str(m.skips)] for m in generation.metrics
+    ]
+    return header, rows
+
+
+def _generation_notes(generation: GenerationReport) -> list[str]:
+    notes = []
+    for m in generation.metrics:
+        if m.failed:
+            notes.append(f"{m.key}: failed {_reasons(m.failed)} (never scored)")
+        if m.skipped:
+            notes.append(f"{m.key}: skipped {_reasons(m.skipped)}")
+    return notes
+
+
+def _shows_generation(generation: GenerationReport | None) -> bool:
+    """Judged runs always show it; estimates only when some record could be estimated."""
+    if generation is None:
+        return False
+    return generation.mode == "llm" or any(
+        m.scored or m.skips > m.skipped.get("not_applicable", 0) for m in generation.metrics
+    )
+
+
+def _generation_block(generation: GenerationReport, markdown: bool) -> list[str]:
+    header, rows = _generation_rows(generation)
+    notes = _generation_notes(generation)
+    if markdown:
+        return ["", f"**{_generation_title(generation)}**", "", _md_table(header, rows), *(
+            ["", *[f"- {n}" for n in notes]] if notes else []
+        )]
+    return ["", _generation_title(generation), _text_table(header, rows), *notes]
 
 
 def render_eval(report: EvalReport, fmt: str) -> str:
@@ -103,20 +179,28 @@ def render_eval(report: EvalReport, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(eval_json(report), ensure_ascii=False)
     header, rows = _grid(report)
+    generation = report.generation
+    shown = generation is not None and _shows_generation(generation)
     if fmt == "markdown":
         parts = ["### ragmon eval", "", _summary(report), "", _md_table(header, rows)]
+        if shown and generation is not None:
+            parts += _generation_block(generation, markdown=True)
         if report.thresholds:
             parts += ["", *_threshold_lines(report, markdown=True)]
         return "\n".join(parts)
     parts = [_summary(report), "", _text_table(header, rows)]
+    if shown and generation is not None:
+        parts += _generation_block(generation, markdown=False)
     if report.thresholds:
         parts += ["", *_threshold_lines(report, markdown=False)]
     return "\n".join(parts)
 
 
 def compare_json(comparison: Comparison) -> dict[str, Any]:
-    """The ``--format json`` object of ``ragmon compare``."""
-    return {
+    """The ``--format json`` object of ``ragmon compare``: judged generation metrics join
+    ``metrics`` (each with its ``pairs``: queries scored in both runs), lexical estimates go to
+    ``estimates``; ``judged`` / ``estimated`` give each run's counts."""
+    out: dict[str, Any] = {
         "a": comparison.file_a,
         "b": comparison.file_b,
         "common_queries": comparison.common,
@@ -125,13 +209,26 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
         "unlabelled": list(comparison.unlabelled),
         "resamples": comparison.resamples,
         "seed": comparison.seed,
-        "metrics": {
-            m.key: {
-                "a": m.mean_a, "b": m.mean_b, "diff": m.diff, "p_value": m.p_value,
-                "ci95": None if m.ci_low is None else [m.ci_low, m.ci_high],
-            }
-            for m in comparison.metrics
-        },
+        "metrics": {m.key: _comparison_json(m) for m in comparison.metrics},
+    }
+    a, b = comparison.generation_a, comparison.generation_b
+    if a is not None and b is not None:
+        generation = {m.key: _comparison_json(m) | {"pairs": m.pairs} for m in comparison.generation}
+        json_a, json_b = generation_json(a), generation_json(b)
+        if a.mode == "lexical":
+            out["estimates"] = generation
+            out["estimated"] = {"a": json_a["estimated"], "b": json_b["estimated"]}
+        else:
+            out["metrics"].update(generation)
+            out["judged"] = {"a": json_a["judged"], "b": json_b["judged"]}
+            out["judge"] = json_a["judge"]
+    return out
+
+
+def _comparison_json(m: MetricComparison) -> dict[str, Any]:
+    return {
+        "a": m.mean_a, "b": m.mean_b, "diff": m.diff, "p_value": m.p_value,
+        "ci95": None if m.ci_low is None else [m.ci_low, m.ci_high],
     }
 
 
@@ -167,6 +264,29 @@ def render_compare(comparison: Comparison, fmt: str) -> str:
         for m in comparison.metrics
     ]
     notes = _compare_notes(comparison)
+    gen_header = ["metric", "pairs", "A", "B", "B − A", "p", "95% CI of B − A"]
+    gen_rows = [
+        [
+            m.key, str(m.pairs), _num(m.mean_a), _num(m.mean_b), _signed(m.diff), _p(m.p_value),
+            "—" if m.ci_low is None else f"[{m.ci_low:+.4f}, {m.ci_high:+.4f}]",
+        ]
+        for m in comparison.generation
+    ]
+    a, b = comparison.generation_a, comparison.generation_b
+    gen_notes: list[str] = []
+    title = ""
+    shown = a is not None and b is not None and (_shows_generation(a) or _shows_generation(b))
+    if shown and a is not None and b is not None:
+        title = _generation_title(a) + "; pairs: common queries scored in both runs"
+        gen_notes = [f"A {n}" for n in _generation_notes(a)] + [f"B {n}" for n in _generation_notes(b)]
     if fmt == "markdown":
-        return "\n".join(["### ragmon compare", "", *[f"- {n}" for n in notes], "", _md_table(header, rows)])
-    return "\n".join([*notes, "", _text_table(header, rows)])
+        parts = ["### ragmon compare", "", *[f"- {n}" for n in notes], "", _md_table(header, rows)]
+        if shown:
+            parts += ["", f"**{title}**", "", _md_table(gen_header, gen_rows), *(
+                ["", *[f"- {n}" for n in gen_notes]] if gen_notes else []
+            )]
+        return "\n".join(parts)
+    parts = [*notes, "", _text_table(header, rows)]
+    if shown:
+        parts += ["", title, _text_table(gen_header, gen_rows), *gen_notes]
+    return "\n".join(parts)

@@ -3,7 +3,8 @@
 A dump is what an OpenTelemetry Collector's file exporter writes (one
 ``ExportTraceServiceRequest`` as JSON per line) or one such request pretty-printed. Spans are
 grouped by trace id, each trace's local root found as the sidecar does, and every trace with a
-retrieval or a model call becomes a record keyed by its trace id (hex).
+retrieval or a model call becomes a record keyed by its trace id (hex), with the query, the
+answer, the reference answer and the contexts (document contents) when content was captured.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from ragmon.conventions import ConventionOptions, extract_rag_record, span_selection
 from ragmon.errors import InputError
-from ragmon.model import Span, Trace
+from ragmon.model import RagRecord, Span, Trace
 from ragmon.offline.records import EvalRecord
 from ragmon.errors import DecodeError
 from ragmon.otlp.decode import decode_json
@@ -37,6 +38,15 @@ def read_whole_dump(path: str) -> dict[str, Any] | None:
     except (OSError, ValueError, RecursionError):
         return None
     return obj if is_trace_dump(obj) else None
+
+
+def _contexts(record: RagRecord) -> list[str] | None:
+    """The texts the generator saw, in rank order (the reranked list when there was one), or
+    ``None`` unless every one was recorded: a partial context would judge claims as unsupported."""
+    docs = record.reranked if record.reranked is not None else record.retrieved
+    if not docs or any(d.content is None for d in docs):
+        return None
+    return [d.content for d in docs if d.content is not None]
 
 
 def records_from_requests(
@@ -70,6 +80,6 @@ def records_from_requests(
             retrieved=final_ranking(record),
             grades=dict(record.relevance) if record.relevance is not None else None,
             answer=record.answer,
-            contexts=[d.content for d in record.retrieved if d.content is not None] or None,
+            contexts=_contexts(record),
             reference_answer=record.reference_answer,
         )
