@@ -30,6 +30,7 @@ from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, read_trace, span_selection
 from ragmon.export import server
 from ragmon.export.exporter import RagMetrics, StatsCollector, self_metrics
+from ragmon.groundtruth.feedback import Feedback, FeedbackStore
 from ragmon.groundtruth.prober import Probes
 from ragmon.groundtruth.relevance import Qrels, read_qrels
 from ragmon.judge.stage import JudgeStage
@@ -41,7 +42,7 @@ from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 from ragmon.receivers.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
 from ragmon.receivers.ratelog import RateLimitedLog, held_back
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import RecordScores, price_calls, score_record
+from ragmon.scoring.records import RecordScores, final_ranking, price_calls, score_record
 
 __all__ = ["Sidecar", "run"]
 
@@ -145,7 +146,12 @@ class Sidecar:
         self.judge = JudgeStage(cfg.judge, self.metrics, pricer, self.clock, self.environ)
         self.probes = Probes.from_config(cfg, self.clock)
 
+        self.feedback = Feedback(
+            FeedbackStore(cfg.feedback.retention, cfg.feedback.max_traces, max(cfg.scoring.k)), self.metrics, tuple(cfg.scoring.k),
+        )
+
         def judge(record: RagRecord, scores: RecordScores, now: float) -> None:
+            self.feedback.keep(record.trace_id, final_ranking(record), record.service, record.variant, now)
             probe = scores.probe
             self.judge.observe(record if probe is None else probe.apply(record), now, probe is not None)
 
@@ -168,6 +174,7 @@ class Sidecar:
         self.registry.register(StatsCollector(self.judge.collect))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
+        self.registry.register(StatsCollector(self.feedback.collect))
         self._workers = contextlib.AsyncExitStack()
         """The bounded-queue workers, entered by ``start`` and exited, newest first, by ``drain``."""
         self.started_at = self.wall()
@@ -255,6 +262,7 @@ class Sidecar:
                 *http_address, self.receiver_settings, self.pipeline, self.ingest,
                 limits=limits, listeners=life.listeners, log=life.log, gate=gate,
             )
+            life.http.feedback = lambda body: self.feedback.answer(body, self.clock())
             self.ports.http = life.http.port
             log.info("OTLP/HTTP on %s:%d", http_address[0], life.http.port)
         grpc_address = parse_listen(cfg.receiver.grpc)
