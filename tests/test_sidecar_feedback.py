@@ -3,6 +3,7 @@ exporter, feedback posted with a real HTTP client, /metrics scraped, exact value
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -175,3 +176,18 @@ def test_the_ingest_token_guards_feedback_and_the_body_cap_holds() -> None:
         assert feedback(car, {"trace_id": "ab" * 16, "name": "thumbs", "score": 1}, token="s3cret")[0] == 404
         big = {"trace_id": "ab" * 16, "relevant_document_ids": ["x" * 2000]}
         assert feedback(car, big, token="s3cret")[0] == 413
+
+
+def test_score_names_are_capped_like_traffic_labels() -> None:
+    clock = FakeClock()
+    config = dataclasses.replace(make(clock), metrics=MetricsConfig(listen="127.0.0.1:0", max_label_values=2))
+    with sidecar_thread(config, clock) as (car, _):
+        (trace,) = send(car, [["d1"]])
+        scored(car, clock, 1, 1)
+        for name in ("thumbs", "stars", "helpful"):
+            assert feedback(car, {"trace_id": trace, "name": name, "score": 1})[0] == 202
+        v = samples(scrape(car.ports.metrics))
+        count = {name: v.get(("ragmon_user_feedback_count", frozenset({**SV, "name": name}.items())))
+                 for name in ("thumbs", "stars", "helpful", "other")}
+        assert count == {"thumbs": 1, "stars": 1, "helpful": None, "other": 1}
+        assert value(v, "ragmon_label_values_folded_total", label="name") == 1

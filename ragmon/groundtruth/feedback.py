@@ -136,6 +136,10 @@ class FeedbackStore:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def trace_ids(self) -> list[bytes]:
+        """The trace ids kept, oldest first."""
+        return list(self._kept)
+
     def keep(self, trace_id: bytes, ranking: Sequence[str], service: str, variant: str, now: float) -> None:
         """Keep one scored trace (a trace id seen again replaces its entry)."""
         self.expire(now)
