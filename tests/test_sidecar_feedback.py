@@ -4,6 +4,7 @@ exporter, feedback posted with a real HTTP client, /metrics scraped, exact value
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import math
 from collections.abc import Iterator
@@ -176,6 +177,14 @@ def test_the_ingest_token_guards_feedback_and_the_body_cap_holds() -> None:
         assert feedback(car, {"trace_id": "ab" * 16, "name": "thumbs", "score": 1}, token="s3cret")[0] == 404
         big = {"trace_id": "ab" * 16, "relevant_document_ids": ["x" * 2000]}
         assert feedback(car, big, token="s3cret")[0] == 413
+        # chunked, so no Content-Length: the cap holds while the body streams in
+        connection = http.client.HTTPConnection("127.0.0.1", car.ports.http, timeout=10)
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer s3cret"}
+        connection.request("POST", "/v1/feedback", body=iter([json.dumps(big).encode()[i:i + 100] for i in range(0, 2100, 100)]),
+                           headers=headers, encode_chunked=True)
+        answer = connection.getresponse()
+        assert (answer.status, json.loads(answer.read())) == (413, {"error": "body too large"})
+        connection.close()
 
 
 def test_score_names_are_capped_like_traffic_labels() -> None:
