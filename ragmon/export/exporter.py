@@ -85,6 +85,9 @@ FOLDED_LABELS = frozenset({"service", "variant", "model"})
 """Labels whose values come from traffic: they pass through the ``LabelLimiter``
 (``ragmon_label_values_folded_total``, ``ragmon_label_values_truncated_total``) and are the
 ones set to ``other`` in a family's fold series."""
+LIMITED_LABELS = FOLDED_LABELS | {"name"}
+"""Every label the ``LabelLimiter`` caps: the folded ones and a user score's ``name`` (already
+capped in number, it is kept in a fold series)."""
 MAX_BUFFERED = 512
 """Records (and judgements) buffered before ``observe`` flushes by itself: bounds the buffers
 while the clock stays in the same window buckets."""
@@ -410,10 +413,10 @@ class RagMetrics:
     def _own_stats(self) -> Iterable[Metric]:
         limit = self.limit
         folded = cat.LABEL_VALUES_FOLDED.empty()
-        for label in sorted(FOLDED_LABELS | limit.folded.keys()):
+        for label in sorted(LIMITED_LABELS | limit.folded.keys()):
             folded.add_metric([label], limit.folded[label])
         truncated = cat.LABEL_VALUES_TRUNCATED.empty()
-        for label in sorted(FOLDED_LABELS | limit.truncated.keys()):
+        for label in sorted(LIMITED_LABELS | limit.truncated.keys()):
             truncated.add_metric([label], limit.truncated[label])
         budget = cat.SERIES_FOLDED.empty()
         for metric, n in sorted(self.series_folded().items()):
