@@ -3,7 +3,7 @@
 ``parse_feedback`` turns a JSON body into ``RelevanceFeedback`` or ``ScoreFeedback``, or raises
 ``FeedbackError`` naming the field. ``FeedbackStore`` keeps, per scored RAG trace, what feedback
 needs to score it later (the final ranking cut to the largest k, service, variant, when it was
-kept): at most ``max_traces`` entries (the oldest evicted first, counted) for at most
+kept): at most ``max_traces`` entries and ``MAX_BYTES`` bytes (the oldest evicted first, counted) for at most
 ``retention`` seconds (older ones dropped, counted). Relevance feedback is taken once per trace
 (the first wins; later ones are counted ``duplicate``); named scores are taken every time.
 """
@@ -11,7 +11,6 @@ kept): at most ``max_traces`` entries (the oldest evicted first, counted) for at
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -24,14 +23,24 @@ from ragmon import catalogue as cat
 from ragmon.scoring.records import RetrievalScore, score_retrieval
 
 __all__ = [
-    "ENTRY_OVERHEAD_BYTES", "FeedbackError", "FeedbackStore", "Kept", "RelevanceFeedback", "ScoreFeedback",
-    "OUTCOMES", "FeedbackSink", "Feedback", "parse_feedback",
+    "ENTRY_OVERHEAD_BYTES",
+    "OUTCOMES",
+    "Feedback",
+    "FeedbackError",
+    "FeedbackSink",
+    "FeedbackStore",
+    "Kept",
+    "RelevanceFeedback",
+    "ScoreFeedback",
+    "parse_feedback",
 ]
 
 OUTCOMES = ("accepted", "invalid", "unknown_trace", "expired", "duplicate")
 """``ragmon_feedback_total{outcome}``."""
 ENTRY_OVERHEAD_BYTES = 64
 """Bytes counted per kept trace besides its ids and strings (the trace id, the time, the flag)."""
+MAX_BYTES = 256 * 1024 * 1024
+"""Bytes of kept traces (``entry_size``) past which the oldest are evicted, whatever ``max_traces``."""
 MAX_NAME_CHARS = 64
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -123,9 +132,10 @@ def entry_size(ranking: Sequence[str], service: str, variant: str) -> int:
 class FeedbackStore:
     """Scored traces joinable by feedback, oldest first; ``find`` tells unknown from expired."""
 
-    def __init__(self, retention: float, max_traces: int, keep_ids: int) -> None:
+    def __init__(self, retention: float, max_traces: int, keep_ids: int, max_bytes: int = MAX_BYTES) -> None:
         self.retention = retention
         self.max_traces = max_traces
+        self.max_bytes = max_bytes
         self.keep_ids = keep_ids
         """Ids of a ranking kept: the largest k (no metric looks deeper)."""
         self._kept: OrderedDict[bytes, Kept] = OrderedDict()
@@ -150,7 +160,7 @@ class FeedbackStore:
         entry = Kept(top, service, variant, now, entry_size(top, service, variant))
         self._kept[trace_id] = entry
         self.bytes += entry.size
-        while len(self._kept) > self.max_traces:
+        while len(self._kept) > self.max_traces or self.bytes > self.max_bytes:
             self._drop("evicted")
 
     def expire(self, now: float) -> None:
