@@ -147,7 +147,8 @@ class Sidecar:
         self.probes = Probes.from_config(cfg, self.clock)
 
         self.feedback = Feedback(
-            FeedbackStore(cfg.feedback.retention, cfg.feedback.max_traces, max(cfg.scoring.k)), self.metrics, tuple(cfg.scoring.k),
+            FeedbackStore(cfg.feedback.retention, cfg.feedback.max_traces, max(cfg.scoring.k)), self.metrics,
+            tuple(cfg.scoring.k), self.clock,
         )
 
         def judge(record: RagRecord, scores: RecordScores, now: float) -> None:
@@ -262,7 +263,7 @@ class Sidecar:
                 *http_address, self.receiver_settings, self.pipeline, self.ingest,
                 limits=limits, listeners=life.listeners, log=life.log, gate=gate,
             )
-            life.http.feedback = lambda body: self.feedback.answer(body, self.clock())
+            life.http.feedback = self.feedback
             self.ports.http = life.http.port
             log.info("OTLP/HTTP on %s:%d", http_address[0], life.http.port)
         grpc_address = parse_listen(cfg.receiver.grpc)

@@ -98,6 +98,17 @@ def test_relevance_feedback_gives_exact_feedback_metrics(sidecar: tuple[Sidecar,
     assert value(v, "ragmon_feedback_total", outcome="duplicate") == 1
 
 
+def test_a_large_body_is_decoded_off_the_loop_and_scored(sidecar: tuple[Sidecar, FakeClock, LoopThread]) -> None:
+    car, clock, _ = sidecar
+    (trace,) = send(car, [["d1", "d2", "d3"]])
+    scored(car, clock, 1, 1)
+    many = [f"document-{i:024d}" for i in range(9_999)] + ["d3"]  # about 350 KB: decoded in a thread
+    assert feedback(car, {"trace_id": trace, "relevant_document_ids": many})[0] == 202
+    v = samples(scrape(car.ports.metrics))
+    assert value(v, "ragmon_retrieval_reciprocal_rank_sum", **SV, source="feedback") == 1 / 3
+    assert value(v, "ragmon_retrieval_recall_sum", **SV, source="feedback", k="3") == 1 / 10_000
+
+
 def test_named_scores_give_histograms_and_means(sidecar: tuple[Sidecar, FakeClock, LoopThread]) -> None:
     car, clock, _ = sidecar
     a, b = send(car, [["d1"], ["d2"]])
@@ -129,6 +140,8 @@ def test_named_scores_give_histograms_and_means(sidecar: tuple[Sidecar, FakeCloc
     ({"trace_id": "ab" * 16, "relevance": {"d1": -1}}, "relevance"),
     ({"trace_id": "ab" * 16, "relevance": {"d1": 1.5}}, "relevance"),
     ({"trace_id": "ab" * 16, "relevance": ["d1"]}, "relevance"),
+    ({"trace_id": "ab" * 16, "relevant_document_ids": [str(i) for i in range(10_001)]}, "relevant_document_ids"),
+    ({"trace_id": "ab" * 16, "relevance": {str(i): 1 for i in range(10_001)}}, "relevance"),
     ({"trace_id": "ab" * 16, "name": "thumbs", "score": 2}, "score"),
     ({"trace_id": "ab" * 16, "name": "thumbs", "score": True}, "score"),
     ({"trace_id": "ab" * 16, "name": "thumbs", "score": "NaN"}, "score"),

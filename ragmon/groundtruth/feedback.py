@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -24,6 +24,7 @@ from ragmon.scoring.records import RetrievalScore, score_retrieval
 
 __all__ = [
     "ENTRY_OVERHEAD_BYTES",
+    "MAX_IDS",
     "OUTCOMES",
     "Feedback",
     "FeedbackError",
@@ -32,6 +33,7 @@ __all__ = [
     "Kept",
     "RelevanceFeedback",
     "ScoreFeedback",
+    "decode_feedback",
     "parse_feedback",
 ]
 
@@ -42,6 +44,8 @@ ENTRY_OVERHEAD_BYTES = 64
 MAX_BYTES = 256 * 1024 * 1024
 """Bytes of kept traces (``entry_size``) past which the oldest are evicted, whatever ``max_traces``."""
 MAX_NAME_CHARS = 64
+MAX_IDS = 10_000
+"""Documents one relevance feedback may name (bounds the work of checking and scoring it)."""
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -75,12 +79,16 @@ def _trace_id(value: Any) -> bytes:
 def _ids(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise FeedbackError("relevant_document_ids: expected a list of strings")
+    if len(value) > MAX_IDS:
+        raise FeedbackError(f"relevant_document_ids: at most {MAX_IDS} ids")
     return list(value)
 
 
 def _grades(value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
         raise FeedbackError("relevance: expected an object of document id -> grade")
+    if len(value) > MAX_IDS:
+        raise FeedbackError(f"relevance: at most {MAX_IDS} ids")
     grades: dict[str, int] = {}
     for key, grade in value.items():
         if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
@@ -193,6 +201,16 @@ class FeedbackStore:
 
 
 
+def decode_feedback(body: bytes) -> RelevanceFeedback | ScoreFeedback | FeedbackError:
+    """A body decoded and checked, or the error naming the field (pure: safe in a worker thread)."""
+    try:
+        return parse_feedback(json.loads(body))
+    except FeedbackError as exc:
+        return exc
+    except (ValueError, RecursionError):  # json.JSONDecodeError and bad UTF-8 are ValueErrors
+        return FeedbackError("body: not valid JSON")
+
+
 class FeedbackSink(Protocol):
     """Where joined feedback goes (``RagMetrics``)."""
 
@@ -202,26 +220,31 @@ class FeedbackSink(Protocol):
 
 @dataclass
 class Feedback:
-    """The feedback stage: ``keep`` scored traces, ``answer`` feedback bodies."""
+    """The feedback stage: ``keep`` scored traces; ``decode`` then ``join`` feedback bodies."""
 
     store: FeedbackStore
     sink: FeedbackSink
     ks: tuple[int, ...]
+    clock: Callable[[], float]
 
     def keep(self, trace_id: bytes, ranking: Sequence[str], service: str, variant: str, now: float) -> None:
         """Keep a scored RAG trace joinable (only those that retrieved documents)."""
         if ranking:
             self.store.keep(trace_id, ranking, service, variant, now)
 
-    def answer(self, body: bytes, now: float) -> tuple[int, dict[str, str]]:
-        """HTTP status and JSON answer for one body: 202 accepted, 400 invalid (the field
-        named), 404 unknown or expired trace, 409 relevance given before for the trace."""
-        try:
-            parsed = parse_feedback(json.loads(body))
-        except (ValueError, RecursionError) as exc:  # json.JSONDecodeError is a ValueError
+    @staticmethod
+    def decode(body: bytes) -> RelevanceFeedback | ScoreFeedback | FeedbackError:
+        """``decode_feedback``: pure, so the receiver may run it in a worker thread."""
+        return decode_feedback(body)
+
+    def join(self, parsed: RelevanceFeedback | ScoreFeedback | FeedbackError) -> tuple[int, dict[str, str]]:
+        """HTTP status and JSON answer for one decoded body, at ``clock()``: 202 accepted, 400
+        invalid (the field named), 404 unknown or expired trace, 409 relevance given before
+        for the trace."""
+        now = self.clock()
+        if isinstance(parsed, FeedbackError):
             self.store.count("invalid")
-            message = str(exc) if isinstance(exc, FeedbackError) else "body: not valid JSON"
-            return 400, {"error": message}
+            return 400, {"error": str(parsed)}
         found = self.store.find(parsed.trace_id, now)
         if isinstance(found, str):
             self.store.count(found)

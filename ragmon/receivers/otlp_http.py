@@ -15,7 +15,7 @@ import asyncio
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
@@ -74,8 +74,16 @@ _RETRY = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 _FEEDBACK_REFUSALS = {
     413: "body too large", 408: "body not received in time", 503: "busy; retry later", 400: "malformed body",
 }
-FeedbackHandler = Callable[[bytes], tuple[int, dict[str, str]]]
-"""A feedback body -> (HTTP status, JSON answer)."""
+
+
+class FeedbackHandler(Protocol):
+    """Answers feedback bodies (``ragmon.groundtruth.feedback.Feedback``)."""
+
+    def decode(self, body: bytes) -> Any:
+        """The body decoded and checked (pure: run in a worker thread for large bodies)."""
+
+    def join(self, decoded: Any) -> tuple[int, dict[str, str]]:
+        """(HTTP status, JSON answer) for a decoded body (on the event loop)."""
 
 
 def _json_reply(status: int, answer: dict[str, str], headers: dict[str, str] | None = None) -> web.Response:
@@ -135,7 +143,11 @@ class HttpReceiver:
         if isinstance(body, web.Response):  # 413, 408, 503, 400: keep the status, answer in JSON
             return _json_reply(body.status, {"error": _FEEDBACK_REFUSALS.get(body.status, "body not read")},
                                _RETRY if body.status == 503 else None)
-        status, answer = self.feedback(body)
+        if len(body) >= GUNZIP_IN_THREAD_BYTES:  # a large JSON body takes a while to parse
+            decoded = await asyncio.to_thread(self.feedback.decode, body)
+        else:
+            decoded = self.feedback.decode(body)
+        status, answer = self.feedback.join(decoded)
         return _json_reply(status, answer)
 
     def begin_shutdown(self, grace: float) -> None:
