@@ -30,6 +30,7 @@ from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, read_trace, span_selection
 from ragmon.export import server
 from ragmon.export.exporter import RagMetrics, StatsCollector
+from ragmon.groundtruth.feedback import Feedback, FeedbackStore
 from ragmon.groundtruth.prober import Probes
 from ragmon.groundtruth.relevance import Qrels, read_qrels
 from ragmon.judge.stage import JudgeStage
@@ -41,7 +42,7 @@ from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 from ragmon.receivers.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
 from ragmon.receivers.ratelog import RateLimitedLog, held_back
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import RecordScores, price_calls, score_record
+from ragmon.scoring.records import RecordScores, final_ranking, price_calls, score_record
 
 __all__ = ["Sidecar", "run"]
 
@@ -146,7 +147,13 @@ class Sidecar:
         self.judge = JudgeStage(cfg.judge, self.metrics, pricer, self.clock, self.environ)
         self.probes = Probes.from_config(cfg, self.clock)
 
+        self.feedback = Feedback(
+            FeedbackStore(cfg.feedback.retention, cfg.feedback.max_traces, max(cfg.scoring.k)), self.metrics,
+            tuple(cfg.scoring.k), self.clock,
+        )
+
         def judge(record: RagRecord, scores: RecordScores, now: float) -> None:
+            self.feedback.keep(record.trace_id, final_ranking(record), record.service, record.variant, now)
             probe = scores.probe
             self.judge.observe(record if probe is None else probe.apply(record), now, probe is not None)
 
@@ -170,6 +177,7 @@ class Sidecar:
         self.registry.register(StatsCollector(self.judge.collect))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
+        self.registry.register(StatsCollector(self.feedback.collect))
         self._workers = contextlib.AsyncExitStack()
         """The bounded-queue workers, entered by ``start`` and exited, newest first, by ``drain``."""
         self.started_at = self.wall()
@@ -261,6 +269,7 @@ class Sidecar:
                 *http_address, self.receiver_settings, self.pipeline, self.ingest,
                 limits=limits, listeners=life.listeners, log=life.log, gate=gate,
             )
+            life.http.feedback = self.feedback
             self.ports.http = life.http.port
             summary.append(f"OTLP/HTTP on {http_address[0]}:{life.http.port}")
         else:

@@ -152,6 +152,10 @@ TOXIC_ANSWERS = _counter(
     *_SV, "category",
 )
 FAITHFULNESS = SCORE_HISTOGRAMS["faithfulness"]
+USER_FEEDBACK = _histogram(
+    "user_feedback", "Named user scores sent to POST /v1/feedback (thumbs 0/1, ratings scaled to [0, 1]).",
+    SCORE_BUCKETS, *_SV, "name",
+)
 BUILD_INFO = _gauge("build_info", "ragmon's version.", "version")
 
 # -- rolling-window gauges (one replica's view) -------------------------------------------------
@@ -183,9 +187,10 @@ SCORE_MEANS: Final[Mapping[str, Family]] = {
     )
 }
 """Generation-quality scores by name: rolling mean gauge ``ragmon_<name>_mean``."""
+USER_FEEDBACK_MEAN = _mean("user_feedback_mean", "Mean named user score over the window.", "name")
 MEAN_GAUGES: Final = (
     RETRIEVAL_HIT_RATE, RETRIEVAL_MRR, RETRIEVAL_RECALL_MEAN, RETRIEVAL_PRECISION_MEAN, RETRIEVAL_NDCG_MEAN,
-    COST_USD_PER_REQUEST, ERROR_RATIO, *SCORE_MEANS.values(),
+    COST_USD_PER_REQUEST, ERROR_RATIO, *SCORE_MEANS.values(), USER_FEEDBACK_MEAN,
 )
 """Every rolling mean gauge, in the order of the exposition."""
 LATENCY = _gauge(
@@ -297,10 +302,28 @@ PROBE_TRACES = _counter(
 )
 PROBE_TRACES_PENDING = _gauge("probe_traces_pending", "Probe trace ids awaiting their trace.")
 
+# -- user feedback (ragmon.groundtruth.feedback) ---------------------------------------------------
+
+FEEDBACK = _counter(
+    "feedback",
+    "POST /v1/feedback bodies by outcome: accepted, invalid (400), unknown_trace and expired (404), "
+    "duplicate (409: relevance already given for the trace).",
+    "outcome",
+)
+FEEDBACK_TRACES = _gauge("feedback_traces", "Scored RAG traces kept joinable by feedback.")
+FEEDBACK_TRACES_BYTES = _gauge(
+    "feedback_traces_bytes", "Bytes of the traces kept for feedback: ids and strings, plus 64 per trace.", unit="bytes",
+)
+FEEDBACK_TRACES_DROPPED = _counter(
+    "feedback_traces_dropped",
+    "Traces no longer joinable: evicted (feedback.max_traces reached), expired (older than feedback.retention).",
+    "reason",
+)
+
 CATALOGUE: Final[tuple[Family, ...]] = (
     TRACES, TRACE_ERRORS, REQUEST_DURATION, TOKENS, COST_USD, UNPRICED_TOKENS, LLM_CALLS_WITHOUT_USAGE,
     RETRIEVAL_QUERIES, RETRIEVAL_UNLABELLED, RETRIEVAL_HITS, RETRIEVAL_RECIPROCAL_RANK, RETRIEVAL_RECALL,
-    RETRIEVAL_PRECISION, RETRIEVAL_NDCG, *SCORE_HISTOGRAMS.values(), TOXIC_ANSWERS, BUILD_INFO,
+    RETRIEVAL_PRECISION, RETRIEVAL_NDCG, *SCORE_HISTOGRAMS.values(), TOXIC_ANSWERS, USER_FEEDBACK, BUILD_INFO,
     *MEAN_GAUGES, LATENCY, WINDOW_SAMPLES,
     LABEL_VALUES_FOLDED, LABEL_VALUES_TRUNCATED, SERIES_FOLDED, WINDOW_SERIES, WINDOW_DROPPED,
     SPANS_RECEIVED, SPANS_REJECTED, REQUESTS_REJECTED, ATTRIBUTES_TRUNCATED,
@@ -311,6 +334,7 @@ CATALOGUE: Final[tuple[Family, ...]] = (
     JUDGE_REQUESTS, JUDGE_COST_USD, JUDGE_UNPRICED_TOKENS, JUDGE_CACHE_HITS, JUDGE_QUEUE, JUDGE_IN_FLIGHT,
     JUDGE_BREAKER_OPEN, JUDGE_INFO, JUDGE_LEXICAL, APP_EVALUATIONS, EVALUATIONS_EXPORTED,
     PROBE_REQUESTS, PROBE_DURATION, PROBE_TRACES, PROBE_TRACES_PENDING,
+    FEEDBACK, FEEDBACK_TRACES, FEEDBACK_TRACES_BYTES, FEEDBACK_TRACES_DROPPED,
 )
 """Every family ragmon exports."""
 

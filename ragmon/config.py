@@ -34,7 +34,6 @@ __all__ = [
     "JudgeConfig",
     "ProbeConfig",
     "FeedbackConfig",
-    "FEEDBACK_NOT_AVAILABLE",
     "Price",
     "check_document_id_place",
     "parse_duration",
@@ -429,23 +428,13 @@ class ProbeConfig(_Section):
         return found
 
 
-FEEDBACK_NOT_AVAILABLE = (
-    "not available yet: POST /v1/feedback is not built in this version; remove the [feedback] section"
-)
-"""The problem a ``[feedback]`` section is answered with until feedback is built."""
-
-
 @dataclass(frozen=True, slots=True)
 class FeedbackConfig(_Section):
-    """``[feedback]``: joining late labels to finished traces (``POST /v1/feedback``, not built
-    yet: a file that has the section is refused rather than silently ignored)."""
+    """``[feedback]``: how long (``retention``) and how many (``max_traces``) scored RAG traces
+    stay joinable by ``POST /v1/feedback``."""
 
     retention: float = _duration("1h")
     max_traces: int = _count(100_000)
-
-    def problems(self) -> list[tuple[str, str]]:
-        """Always ``FEEDBACK_NOT_AVAILABLE``: the section would do nothing yet."""
-        return [("", FEEDBACK_NOT_AVAILABLE)]
 
 
 @dataclass(frozen=True, slots=True)

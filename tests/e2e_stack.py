@@ -348,8 +348,13 @@ class Traffic:
     span, a retrieval without relevance labels, a model call without usage, an unpriced model,
     a model past ragmon's label cap (``[metrics] max_label_values = 3``: folded into ``other``),
     a query the judge answers with garbage. ``regress`` / ``restore`` switch a variant's
-    retrieval between ``GOOD_RANKING`` and ``BAD_RANKING``.
+    retrieval between ``GOOD_RANKING`` and ``BAD_RANKING``. Every ``FEEDBACK_EVERY``-th trace
+    gets user feedback (``POST /v1/feedback``: the relevant document and a thumbs score)
+    ``FEEDBACK_AFTER`` seconds later, once ragmon has scored it.
     """
+
+    FEEDBACK_EVERY = 4
+    FEEDBACK_AFTER = 5.0
 
     ERROR_EVERY = 30
     UNLABELLED_EVERY = 15
@@ -366,6 +371,9 @@ class Traffic:
         self.provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
         self.tracer = self.provider.get_tracer("rag-app")
         self.sent: dict[tuple[str, bool], int] = {}
+        self.feedback_url = endpoint.replace("/v1/traces", "/v1/feedback")
+        self.awaiting_feedback: list[tuple[float, str, bool]] = []
+        """(when sent, trace id, good ranking) of traces to send feedback for."""
         self.started = 0.0
         self._regressed: set[str] = set()
         self._lock = threading.Lock()
@@ -398,6 +406,7 @@ class Traffic:
                 good = variant not in self._regressed
             self.send(i, variant, good)
             self.sent[(variant, good)] = self.sent.get((variant, good), 0) + 1
+            self.send_feedback()
             i += 1
             next_at += 1.0 / self.rate
             self._stop.wait(max(0.0, next_at - time.monotonic()))
@@ -463,6 +472,20 @@ class Traffic:
         span.end(end_time=t0 + (820 + 10 * (i % 7)) * ms)
 
         root.end(end_time=t0 + (850 + 10 * (i % 7)) * ms)
+        if i % self.FEEDBACK_EVERY == 1:
+            self.awaiting_feedback.append((time.monotonic(), format(root.get_span_context().trace_id, "032x"), good))
+
+    def send_feedback(self) -> None:
+        """Feedback for the traces sent ``FEEDBACK_AFTER`` seconds ago or more (answers unchecked:
+        ``ragmon_feedback_total`` counts them)."""
+        now = time.monotonic()
+        while self.awaiting_feedback and now - self.awaiting_feedback[0][0] >= self.FEEDBACK_AFTER:
+            _, trace_id, good = self.awaiting_feedback.pop(0)
+            for body in ({"relevant_document_ids": [RELEVANT]}, {"name": "thumbs", "score": 1 if good else 0}):
+                data = json.dumps({"trace_id": trace_id, **body}).encode()
+                request = urllib.request.Request(self.feedback_url, data=data, headers={"Content-Type": "application/json"})
+                with contextlib.suppress(OSError):
+                    urllib.request.urlopen(request, timeout=5).close()
 
 
 def send_malformed(endpoint: str) -> None:

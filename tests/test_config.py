@@ -9,7 +9,7 @@ from cli_helpers import ragmon
 
 from ragmon.cli import main
 from ragmon.config import (
-    FEEDBACK_NOT_AVAILABLE,
+    FeedbackConfig,
     Config,
     Price,
     config_from_mapping,
@@ -245,25 +245,19 @@ def test_the_defaults_as_written_in_toml() -> None:
         assert config_from_mapping({section: written}) == Config()
 
 
-def test_a_feedback_section_is_refused_until_feedback_is_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``POST /v1/feedback`` does not exist yet: a ``[feedback]`` section would do nothing, so it is
-    a problem (with the problems of its keys), not a silent "ok"."""
-    with pytest.raises(ConfigError) as info:
-        config_from_mapping({"feedback": {"retention": "1h"}})
-    assert info.value.problems == [f"feedback: {FEEDBACK_NOT_AVAILABLE}"]
+def test_a_feedback_section_is_read_and_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``[feedback]`` sets the retention and the cap of ``POST /v1/feedback``; bad keys are named."""
+    assert config_from_mapping({"feedback": {"retention": "30m", "max_traces": 10}}).feedback == FeedbackConfig(1800.0, 10)
     with pytest.raises(ConfigError) as info:
         config_from_mapping({"feedback": {"retention": "0s", "max_trace": 1}})
     assert info.value.problems == [
         "feedback.retention: must be longer than 0, got '0s'",
         "feedback.max_trace: unknown key (did you mean 'max_traces'?)",
-        f"feedback: {FEEDBACK_NOT_AVAILABLE}",
     ]
     path = tmp_path / "ragmon.toml"
     path.write_text('[feedback]\nretention = "1h"\nmax_traces = 1000\n')
-    assert main(["check-config", str(path)]) == 2
-    assert capsys.readouterr().err == f"{path}: feedback: {FEEDBACK_NOT_AVAILABLE}\n"
-    assert main(["run", "--config", str(path)]) == 2
-    assert capsys.readouterr().err == f"ragmon run: error: {path}: feedback: {FEEDBACK_NOT_AVAILABLE}\n"
+    assert main(["check-config", str(path)]) == 0
+
 
 
 def test_judge_evaluators_are_the_judges_own_list() -> None:

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
+from server_helpers import post
 from test_sidecar import scrape, wait_for
 from test_sidecar_judge import ANSWER, DOCS, running
 
@@ -49,6 +50,7 @@ NOT_SHOWN = {
     "ragmon_retrieval_ndcg_mean", "ragmon_cost_usd_per_request", "ragmon_error_ratio",
     "ragmon_answer_relevance_mean", "ragmon_context_relevance_mean", "ragmon_answer_correctness_mean",
     "ragmon_coherence_mean", "ragmon_toxicity_mean", "ragmon_latency_seconds", "ragmon_window_samples",
+    "ragmon_user_feedback_mean",
 }
 """Families ragmon exports that no panel reads, on purpose."""
 
@@ -90,6 +92,16 @@ def _send(endpoint: str) -> int:
     return spans
 
 
+def _send_feedback(car: Any) -> None:
+    """Relevance feedback and a thumbs-up for one scored trace (``ragmon_user_feedback`` has a series)."""
+    kept = car.feedback.store.trace_ids()
+    assert kept
+    for body in ({"relevant_document_ids": ["d1"]}, {"name": "thumbs", "score": 1}):
+        status, _, _ = post(f"http://127.0.0.1:{car.ports.http}/v1/feedback",
+                            json.dumps({"trace_id": kept[0].hex(), **body}).encode(), {"Content-Type": "application/json"})
+        assert status == 202
+
+
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """/metrics of a real sidecar with an LLM judge and a probe, after ``_send``'s traces are
@@ -107,6 +119,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             assert car.judge.judge is not None
             stats = car.judge.judge.stats
             wait_for(lambda: stats().counts.get(("faithfulness", "ok"), 0) >= 2 and not stats().queue_depth and not stats().in_flight)
+            _send_feedback(car)
             yield scrape(car.ports.metrics)
 
 

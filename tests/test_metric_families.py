@@ -56,6 +56,8 @@ def _observe_one_of_each(car: Sidecar) -> None:
     }
     toxic = {category: category == "profanity" for category in TOXICITY_CATEGORIES}
     metrics.observe_judged(failed, "judge", "llm", scores, judged, now, toxic)
+    feedback = RetrievalScore("feedback", 1.0, at_k, at_k, at_k, at_k)
+    metrics.observe_feedback("rag-api", "A", failed.trace_id.hex(), feedback, {"thumbs": 1.0}, now)
 
 
 def family_shapes(exposition: str) -> str:

@@ -27,7 +27,7 @@ from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value, wai
 import ragmon
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig, ScoringConfig
-from ragmon.export.exporter import FOLDED_LABELS
+from ragmon.export.exporter import LIMITED_LABELS
 from ragmon.model import Offer
 from ragmon.receivers.ingest import REQUEST_REJECT_REASONS, SPAN_REJECT_REASONS
 
@@ -95,7 +95,7 @@ def test_trouble_counters_are_exported_at_zero_before_the_first_event() -> None:
                 assert value(v, "ragmon_spans_rejected_total", protocol=protocol, reason=reason) == 0
             for reason in reasons:
                 assert value(v, "ragmon_requests_rejected_total", protocol=protocol, reason=reason) == 0
-        for label in FOLDED_LABELS:
+        for label in LIMITED_LABELS:
             assert value(v, "ragmon_label_values_folded_total", label=label) == 0
         send_rag_traces(OTLPSpanExporter(endpoint=_url(car), timeout=10), "svc")
         wait_for(lambda: car.assembler.stats().spans_held == 9)
@@ -113,7 +113,7 @@ def test_reject_reasons_and_folded_labels_used_in_the_code_are_the_exported_ones
     known = set(SPAN_REJECT_REASONS) | {r for rs in REQUEST_REJECT_REASONS.values() for r in rs}
     assert reasons and reasons <= known, reasons - known
     labels = set(re.findall(r'limit\("([a-z_]+)"', source))
-    assert labels == FOLDED_LABELS
+    assert labels == LIMITED_LABELS
 
 
 def test_non_rag_traces_are_counted_and_ignored_and_bad_bodies_counted() -> None:

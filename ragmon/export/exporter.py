@@ -77,10 +77,14 @@ FOLDED_LABELS = frozenset({"service", "variant", "model"})
 """Labels whose values come from traffic: they pass through the ``LabelLimiter``
 (``ragmon_label_values_folded_total``, ``ragmon_label_values_truncated_total``) and are the
 ones set to ``other`` in a family's fold series."""
+LIMITED_LABELS = FOLDED_LABELS | {"name"}
+"""Every label the ``LabelLimiter`` caps: the folded ones and a user score's ``name`` (already
+capped in number, it is kept in a fold series)."""
 MAX_BUFFERED = 512
 """Records (and judgements) buffered before ``observe`` flushes by itself: bounds the buffers
 while the clock stays in the same window buckets."""
 LATENCY_GAUGE = cat.LATENCY.name
+USER_FEEDBACK_GAUGE = cat.USER_FEEDBACK_MEAN.name
 
 MeanKey = tuple[str, str, str, str, str]
 """(gauge, service, variant, source, detail) of a mean series: ``detail`` is ``k`` for retrieval
@@ -155,7 +159,7 @@ def _fill_mean(readings: _Readings, extra: tuple[str, ...], family: GaugeMetricF
     for reading in readings():
         if reading.mean is not None:
             _, service, variant, source, detail = reading.key
-            values = {"source": source, "k": detail, "judge": detail}
+            values = {"source": source, "k": detail, "judge": detail, "name": detail}
             family.add_metric([service, variant, *(values[e] for e in extra), _window_label(reading.window)], reading.mean)
 
 
@@ -184,7 +188,9 @@ def _fill_samples(snapshots: Mapping[str, _Readings], family: GaugeMetricFamily)
         counted: set[tuple[str, ...]] = set()
         for reading in readings():
             if reading.mean is not None:
-                _, service, variant, source, _ = reading.key
+                _, service, variant, source, detail = reading.key
+                if gauge == USER_FEEDBACK_GAUGE:  # one sample count per name
+                    source, metric = "feedback", f"user_feedback_mean:{detail}"
                 window = _window_label(reading.window)
                 if (service, variant, source, window) not in counted:
                     counted.add((service, variant, source, window))
@@ -363,16 +369,21 @@ class RagMetrics:
         self.ndcg = histogram(cat.RETRIEVAL_NDCG)
         self.generation = {name: histogram(family) for name, family in cat.SCORE_HISTOGRAMS.items()}
         self.toxic = counter(cat.TOXIC_ANSWERS)
+        self.user_feedback = histogram(cat.USER_FEEDBACK)
+        self._user_feedback: dict[tuple[str, str, str], _Stream[MeanKey]] = {}
+        self._folded_user_feedback: dict[str, _Stream[MeanKey]] = {}
         self.counters = (
             self.traces, self.trace_errors, self.tokens, self.cost, self.unpriced, self.without_usage,
             self.queries, self.unlabelled, self.hits, self.toxic,
         )
-        self.histograms = (self.duration, self.rr, self.recall, self.precision, self.ndcg, *self.generation.values())
+        self.histograms = (
+            self.duration, self.rr, self.recall, self.precision, self.ndcg, *self.generation.values(), self.user_feedback,
+        )
         registry.register(SeriesCollector(
             [
                 self.traces, self.trace_errors, self.duration, self.tokens, self.cost, self.unpriced,
                 self.without_usage, self.queries, self.unlabelled, self.hits, self.rr, self.recall,
-                self.precision, self.ndcg, *self.generation.values(), self.toxic,
+                self.precision, self.ndcg, *self.generation.values(), self.toxic, self.user_feedback,
             ],
             before=self.flush,
         ))
@@ -394,10 +405,10 @@ class RagMetrics:
     def _own_stats(self) -> Iterable[Metric]:
         limit = self.limit
         folded = cat.LABEL_VALUES_FOLDED.empty()
-        for label in sorted(FOLDED_LABELS | limit.folded.keys()):
+        for label in sorted(LIMITED_LABELS | limit.folded.keys()):
             folded.add_metric([label], limit.folded[label])
         truncated = cat.LABEL_VALUES_TRUNCATED.empty()
-        for label in sorted(FOLDED_LABELS | limit.truncated.keys()):
+        for label in sorted(LIMITED_LABELS | limit.truncated.keys()):
             truncated.add_metric([label], limit.truncated[label])
         budget = cat.SERIES_FOLDED.empty()
         for metric, n in sorted(self.series_folded().items()):
@@ -522,6 +533,40 @@ class RagMetrics:
             for cell, is_toxic in zip(self.toxic.cells([(service, variant, c) for c in toxic]), toxic.values()):
                 if is_toxic:
                     cell.inc()
+
+    def observe_feedback(
+        self, service: str, variant: str, trace_id: str, retrieval: RetrievalScore | None,
+        scores: Mapping[str, float], now: float,
+    ) -> None:
+        """Fold one joined feedback in: its retrieval score (source ``feedback``) and named user
+        scores (``ragmon_user_feedback``, ``name`` through the label limiter)."""
+        self._buffer_one(now)
+        service = self.limit("service", service or "unknown")
+        variant = self.limit("variant", variant or "default")
+        if retrieval is not None:
+            self._observe_retrieval(service, variant, retrieval, trace_id)
+        for name, value in scores.items():
+            key = (service, variant, self.limit("name", name))
+            stream = self._user_feedback.get(key) or self._user_feedback_stream(key)
+            if not stream.values:
+                self._pending_means.append(stream)
+            stream.values.append(value)
+            stream.trace_ids.append(trace_id)
+
+    def _user_feedback_stream(self, key: tuple[str, str, str]) -> _Stream[MeanKey]:
+        """The stream of one (service, variant, name); past the budget, the folded one of ``name``."""
+        service, variant, name = key
+        family = self.user_feedback
+        if len(self._user_feedback) < self.max_series:
+            stream = self._user_feedback[key] = self._stream(USER_FEEDBACK_GAUGE, service, variant, "feedback", name, folded=False)
+            stream.histogram = (family, family.series(key))
+            return stream
+        folded = self._folded_user_feedback.get(name)
+        if folded is None:
+            folded = self._stream(USER_FEEDBACK_GAUGE, OTHER, OTHER, "feedback", name, folded=True)
+            folded.histogram = (family, family.folded_series((OTHER, OTHER, name)))
+            self._folded_user_feedback[name] = folded
+        return folded
 
     def _buffer_one(self, now: float) -> None:
         """Make room for one more record observed at ``now``: flush first when the clock left

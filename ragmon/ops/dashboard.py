@@ -340,6 +340,26 @@ def _probes() -> list[Panel]:
     ]
 
 
+def _feedback() -> list[Panel]:
+    feedback_hits = _hit_rate(source='source="feedback"')
+    by_name = f"{_BY_SV}, name"
+    return [
+        _panel("Feedback / s", "POST /v1/feedback bodies by outcome: accepted, invalid (400), unknown_trace and "
+               "expired (404: never scored, evicted or past feedback.retention), duplicate (409).", _REQPS,
+               [(_rate(cat.FEEDBACK.total, "outcome"), "{{outcome}}")]),
+        _panel("Feedback hit rate@k", "Hit rate of the rankings users gave relevance feedback for (source feedback).",
+               _RATIO, [(feedback_hits, f"{_LEGEND_SV} @{{{{k}}}}")]),
+        _panel("User score mean", "Mean named user score (thumbs 0/1, ratings scaled to [0, 1]) by name.", _SCORE,
+               [(_mean(cat.USER_FEEDBACK, by_name, _SV), f"{_LEGEND_SV} {{{{name}}}}")]),
+        _panel("Traces kept for feedback", "Scored traces joinable by feedback per replica, and those no longer "
+               "joinable per second: evicted (feedback.max_traces), expired (feedback.retention).", _NUMBER,
+               [(_per_replica(cat.FEEDBACK_TRACES.name), "{{instance}} kept"),
+                (_rate(cat.FEEDBACK_TRACES_DROPPED.total, "reason"), "{{reason}} / s")]),
+        _panel("Feedback bytes held", "Bytes of the traces kept for feedback (ids and strings), per replica.", _BYTES,
+               [(_per_replica(cat.FEEDBACK_TRACES_BYTES.name), "{{instance}}")]),
+    ]
+
+
 def _per_replica(metric: str, by: str = "instance") -> str:
     return f"sum by ({by}) ({metric})"
 
@@ -439,6 +459,7 @@ def dashboard(runbook_url: str = RUNBOOK_URL) -> dict[str, Any]:
         ("Tokens", _tokens()),
         ("Judge", _judge()),
         ("Probes (with [[probe]] configured)", _probes()),
+        ("User feedback (POST /v1/feedback)", _feedback()),
         ("ragmon", _ragmon()),
     ]
     return {

@@ -12,8 +12,10 @@ counted and logged as one rate-limited line (reason and peer, never content).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import zlib
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
@@ -69,6 +71,23 @@ def _reply(content_type: str, status: int, message: ExportTraceServiceResponse |
 
 
 _RETRY = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+_FEEDBACK_REFUSALS = {
+    413: "body too large", 408: "body not received in time", 503: "busy; retry later", 400: "malformed body",
+}
+
+
+class FeedbackHandler(Protocol):
+    """Answers feedback bodies (``ragmon.groundtruth.feedback.Feedback``)."""
+
+    def decode(self, body: bytes) -> Any:
+        """The body decoded and checked (pure: run in a worker thread for large bodies)."""
+
+    def join(self, decoded: Any) -> tuple[int, dict[str, str]]:
+        """(HTTP status, JSON answer) for a decoded body (on the event loop)."""
+
+
+def _json_reply(status: int, answer: dict[str, str], headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=json.dumps(answer), content_type=JSON, headers=headers)
 
 
 def _peer(request: web.Request) -> str:
@@ -93,10 +112,43 @@ class HttpReceiver:
         self._draining = False
         self._reads: set[asyncio.Timeout] = set()
         """Deadlines of the bodies being read (brought forward by ``begin_shutdown``)."""
+        self.feedback: FeedbackHandler | None = None
+        """Answers ``POST /v1/feedback`` bodies (``ragmon.groundtruth.feedback.Feedback.answer``)."""
 
     def add_routes(self, app: web.Application) -> None:
-        """Add ``POST /v1/traces`` to ``app``."""
+        """Add ``POST /v1/traces`` and ``POST /v1/feedback`` to ``app``."""
         app.router.add_post("/v1/traces", self.export)
+        app.router.add_post("/v1/feedback", self.take_feedback)
+
+    async def take_feedback(self, request: web.Request) -> web.Response:
+        """The ``POST /v1/feedback`` handler: JSON in, JSON out; the same token, body cap,
+        body timeout and in-flight byte budget as ``/v1/traces``."""
+        if self._draining:
+            return _json_reply(503, {"error": "ragmon is shutting down; retry later"}, _RETRY)
+        if self.feedback is None:
+            return _json_reply(404, {"error": "feedback is not served here"})
+        settings = self.settings
+        if settings.token and not bearer_token_matches(request.headers.get("Authorization"), settings.token):
+            self.stats.requests_rejected[(PROTOCOL, "unauthorized")] += 1
+            return _json_reply(401, {"error": "missing or wrong bearer token"})
+        limit = settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            self.stats.requests_rejected[(PROTOCOL, "too_large")] += 1
+            return _json_reply(413, {"error": f"body larger than {limit} bytes"})
+        held = [0]
+        try:
+            body = await self._read(request, JSON, held)
+        finally:
+            self.budget.give(held[0])
+        if isinstance(body, web.Response):  # 413, 408, 503, 400: keep the status, answer in JSON
+            return _json_reply(body.status, {"error": _FEEDBACK_REFUSALS.get(body.status, "body not read")},
+                               _RETRY if body.status == 503 else None)
+        if len(body) >= GUNZIP_IN_THREAD_BYTES:  # a large JSON body takes a while to parse
+            decoded = await asyncio.to_thread(self.feedback.decode, body)
+        else:
+            decoded = self.feedback.decode(body)
+        status, answer = self.feedback.join(decoded)
+        return _json_reply(status, answer)
 
     def begin_shutdown(self, grace: float) -> None:
         """New requests get 503 ``shutting_down`` at once; bodies still arriving get ``grace``

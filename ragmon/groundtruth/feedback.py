@@ -1,0 +1,283 @@
+"""User feedback (``POST /v1/feedback``): the bodies it accepts and the finished traces it joins.
+
+``parse_feedback`` turns a JSON body into ``RelevanceFeedback`` or ``ScoreFeedback``, or raises
+``FeedbackError`` naming the field. ``FeedbackStore`` keeps, per scored RAG trace, what feedback
+needs to score it later (the final ranking cut to the largest k, service, variant, when it was
+kept): at most ``max_traces`` entries and ``MAX_BYTES`` bytes (the oldest evicted first, counted) for at most
+``retention`` seconds (older ones dropped, counted). Relevance feedback is taken once per trace
+(the first wins; later ones are counted ``duplicate``); named scores are taken every time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from prometheus_client.metrics_core import Metric
+
+from ragmon import catalogue as cat
+from ragmon.scoring.records import RetrievalScore, score_retrieval
+
+__all__ = [
+    "ENTRY_OVERHEAD_BYTES",
+    "MAX_IDS",
+    "OUTCOMES",
+    "Feedback",
+    "FeedbackError",
+    "FeedbackSink",
+    "FeedbackStore",
+    "Kept",
+    "RelevanceFeedback",
+    "ScoreFeedback",
+    "decode_feedback",
+    "parse_feedback",
+]
+
+OUTCOMES = ("accepted", "invalid", "unknown_trace", "expired", "duplicate")
+"""``ragmon_feedback_total{outcome}``."""
+ENTRY_OVERHEAD_BYTES = 64
+"""Bytes counted per kept trace besides its ids and strings (the trace id, the time, the flag)."""
+MAX_BYTES = 256 * 1024 * 1024
+"""Bytes of kept traces (``entry_size``) past which the oldest are evicted, whatever ``max_traces``."""
+MAX_NAME_CHARS = 64
+MAX_IDS = 10_000
+"""Documents one relevance feedback may name (bounds the work of checking and scoring it)."""
+_TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class FeedbackError(ValueError):
+    """A body refused: ``str()`` names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceFeedback:
+    """Which documents the user found relevant: ``grades`` is id -> grade (> 0 relevant)."""
+
+    trace_id: bytes
+    grades: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreFeedback:
+    """A named user score in [0, 1] (thumbs: 0 or 1; a rating scaled to [0, 1] by the app)."""
+
+    trace_id: bytes
+    name: str
+    score: float
+
+
+def _trace_id(value: Any) -> bytes:
+    if not isinstance(value, str) or not _TRACE_ID.match(value.lower()) or value == "0" * 32:
+        raise FeedbackError("trace_id: expected 32 hex digits (not all zero)")
+    return bytes.fromhex(value)
+
+
+def _ids(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise FeedbackError("relevant_document_ids: expected a list of strings")
+    if len(value) > MAX_IDS:
+        raise FeedbackError(f"relevant_document_ids: at most {MAX_IDS} ids")
+    return list(value)
+
+
+def _grades(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise FeedbackError("relevance: expected an object of document id -> grade")
+    if len(value) > MAX_IDS:
+        raise FeedbackError(f"relevance: at most {MAX_IDS} ids")
+    grades: dict[str, int] = {}
+    for key, grade in value.items():
+        if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
+            raise FeedbackError(f"relevance: grade of {key!r} must be an integer >= 0")
+        grades[key] = grade
+    return grades
+
+
+def parse_feedback(body: Any) -> RelevanceFeedback | ScoreFeedback:
+    """One feedback body (decoded JSON), or ``FeedbackError`` naming the field."""
+    if not isinstance(body, dict):
+        raise FeedbackError("body: expected a JSON object")
+    trace_id = _trace_id(body.get("trace_id"))
+    relevance = "relevant_document_ids" in body or "relevance" in body
+    named = "name" in body or "score" in body
+    if relevance == named:
+        raise FeedbackError('body: give either "relevant_document_ids" (or "relevance") or "name" and "score"')
+    if named:
+        name, score = body.get("name"), body.get("score")
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+            raise FeedbackError(f"name: expected a non-empty string of at most {MAX_NAME_CHARS} characters")
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+            raise FeedbackError("score: expected a number in [0, 1]")
+        return ScoreFeedback(trace_id, name, float(score))
+    grades = {doc: 1 for doc in _ids(body["relevant_document_ids"])} if "relevant_document_ids" in body else {}
+    if "relevance" in body:
+        grades.update(_grades(body["relevance"]))
+    return RelevanceFeedback(trace_id, grades)
+
+
+@dataclass(slots=True)
+class Kept:
+    """What feedback needs of one scored trace."""
+
+    ranking: tuple[str, ...]
+    service: str
+    variant: str
+    kept_at: float
+    size: int
+    relevance_taken: bool = False
+
+
+def entry_size(ranking: Sequence[str], service: str, variant: str) -> int:
+    """Bytes counted for one kept trace: every id and string (UTF-8) plus the fixed overhead."""
+    strings = [*ranking, service, variant]
+    return ENTRY_OVERHEAD_BYTES + sum(len(s.encode("utf-8", "surrogatepass")) for s in strings)
+
+
+class FeedbackStore:
+    """Scored traces joinable by feedback, oldest first; ``find`` tells unknown from expired."""
+
+    def __init__(self, retention: float, max_traces: int, keep_ids: int, max_bytes: int = MAX_BYTES) -> None:
+        self.retention = retention
+        self.max_traces = max_traces
+        self.max_bytes = max_bytes
+        self.keep_ids = keep_ids
+        """Ids of a ranking kept: the largest k (no metric looks deeper)."""
+        self._kept: OrderedDict[bytes, Kept] = OrderedDict()
+        self.bytes = 0
+        self.dropped = {"evicted": 0, "expired": 0}
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def trace_ids(self) -> list[bytes]:
+        """The trace ids kept, oldest first."""
+        return list(self._kept)
+
+    def keep(self, trace_id: bytes, ranking: Sequence[str], service: str, variant: str, now: float) -> None:
+        """Keep one scored trace (a trace id seen again replaces its entry)."""
+        self.expire(now)
+        old = self._kept.pop(trace_id, None)
+        if old is not None:
+            self.bytes -= old.size
+        top = tuple(ranking[: self.keep_ids])
+        entry = Kept(top, service, variant, now, entry_size(top, service, variant))
+        self._kept[trace_id] = entry
+        self.bytes += entry.size
+        while len(self._kept) > self.max_traces or self.bytes > self.max_bytes:
+            self._drop("evicted")
+
+    def expire(self, now: float) -> None:
+        """Drop the entries older than ``retention`` (counted ``expired``)."""
+        while self._kept:
+            oldest = next(iter(self._kept.values()))
+            if now - oldest.kept_at <= self.retention:
+                return
+            self._drop("expired")
+
+    def _drop(self, reason: Literal["evicted", "expired"]) -> None:
+        _, entry = self._kept.popitem(last=False)
+        self.bytes -= entry.size
+        self.dropped[reason] += 1
+
+    def find(self, trace_id: bytes, now: float) -> Kept | Literal["unknown_trace", "expired"]:
+        """The entry of ``trace_id``; "expired" when it is kept but older than ``retention``
+        (then dropped), "unknown_trace" otherwise (never kept, evicted, or already dropped)."""
+        entry = self._kept.get(trace_id)
+        if entry is None:
+            return "unknown_trace"
+        if now - entry.kept_at > self.retention:
+            self.expire(now)
+            return "expired"
+        return entry
+
+    def count(self, outcome: str) -> None:
+        """Count one feedback request's outcome (``OUTCOMES``)."""
+        self.outcomes[outcome] += 1
+
+
+
+def decode_feedback(body: bytes) -> RelevanceFeedback | ScoreFeedback | FeedbackError:
+    """A body decoded and checked, or the error naming the field (pure: safe in a worker thread)."""
+    try:
+        return parse_feedback(json.loads(body))
+    except FeedbackError as exc:
+        return exc
+    except (ValueError, RecursionError):  # json.JSONDecodeError and bad UTF-8 are ValueErrors
+        return FeedbackError("body: not valid JSON")
+
+
+class FeedbackSink(Protocol):
+    """Where joined feedback goes (``RagMetrics``)."""
+
+    def observe_feedback(self, service: str, variant: str, trace_id: str, retrieval: RetrievalScore | None,
+                         scores: Mapping[str, float], now: float) -> None: ...
+
+
+@dataclass
+class Feedback:
+    """The feedback stage: ``keep`` scored traces; ``decode`` then ``join`` feedback bodies."""
+
+    store: FeedbackStore
+    sink: FeedbackSink
+    ks: tuple[int, ...]
+    clock: Callable[[], float]
+
+    def keep(self, trace_id: bytes, ranking: Sequence[str], service: str, variant: str, now: float) -> None:
+        """Keep a scored RAG trace joinable (only those that retrieved documents)."""
+        if ranking:
+            self.store.keep(trace_id, ranking, service, variant, now)
+
+    @staticmethod
+    def decode(body: bytes) -> RelevanceFeedback | ScoreFeedback | FeedbackError:
+        """``decode_feedback``: pure, so the receiver may run it in a worker thread."""
+        return decode_feedback(body)
+
+    def join(self, parsed: RelevanceFeedback | ScoreFeedback | FeedbackError) -> tuple[int, dict[str, str]]:
+        """HTTP status and JSON answer for one decoded body, at ``clock()``: 202 accepted, 400
+        invalid (the field named), 404 unknown or expired trace, 409 relevance given before
+        for the trace."""
+        now = self.clock()
+        if isinstance(parsed, FeedbackError):
+            self.store.count("invalid")
+            return 400, {"error": str(parsed)}
+        found = self.store.find(parsed.trace_id, now)
+        if isinstance(found, str):
+            self.store.count(found)
+            what = "expired: older than feedback.retention" if found == "expired" else "unknown: no scored RAG trace with this id"
+            return 404, {"error": f"trace_id: {what}"}
+        retrieval: RetrievalScore | None = None
+        scores: dict[str, float] = {}
+        if isinstance(parsed, RelevanceFeedback):
+            if found.relevance_taken:
+                self.store.count("duplicate")
+                return 409, {"error": "trace_id: relevance feedback was already taken for this trace (the first wins)"}
+            found.relevance_taken = True
+            retrieval = score_retrieval(found.ranking, parsed.grades, "feedback", self.ks)
+            if retrieval is None:  # nothing relevant: every metric is 0 and recall undefined; as for labels
+                self.store.count("accepted")
+                return 202, {"status": "accepted", "note": "no document graded relevant: not scored"}
+        else:
+            scores[parsed.name] = parsed.score
+        self.sink.observe_feedback(found.service, found.variant, parsed.trace_id.hex(), retrieval, scores, now)
+        self.store.count("accepted")
+        return 202, {"status": "accepted"}
+
+    def collect(self) -> list[Metric]:
+        """``ragmon_feedback_total``, ``ragmon_feedback_traces``, ``…_bytes``, ``…_dropped_total``."""
+        store = self.store
+        outcomes = cat.FEEDBACK.empty()
+        for outcome, n in store.outcomes.items():
+            outcomes.add_metric([outcome], n)
+        held = cat.FEEDBACK_TRACES.empty()
+        held.add_metric([], len(store))
+        size = cat.FEEDBACK_TRACES_BYTES.empty()
+        size.add_metric([], store.bytes)
+        dropped = cat.FEEDBACK_TRACES_DROPPED.empty()
+        for reason, n in store.dropped.items():
+            dropped.add_metric([reason], n)
+        return [outcomes, held, size, dropped]
