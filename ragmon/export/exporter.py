@@ -674,12 +674,17 @@ class RagMetrics:
         return folded
 
 
+def _protocols(counts: Mapping[str, int]) -> tuple[str, ...]:
+    """The OTLP protocols, then any other counted (``inprocess``: the in-process processor)."""
+    return ("http", "grpc", *sorted(counts.keys() - {"http", "grpc"}))
+
+
 def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineStats) -> Iterable[Metric]:
     """ragmon's own health: receivers, assembly, queue, ignored and dropped traces."""
     received = cat.SPANS_RECEIVED.empty()
     rejected = cat.SPANS_REJECTED.empty()
     requests = cat.REQUESTS_REJECTED.empty()
-    for protocol in ("http", "grpc"):
+    for protocol in _protocols(ingest.spans_received):
         received.add_metric([protocol], ingest.spans_received[protocol])
     known_spans = {(protocol, reason) for protocol in REQUEST_REJECT_REASONS for reason in SPAN_REJECT_REASONS}
     for protocol, reason in sorted(known_spans | ingest.spans_rejected.keys()):
@@ -688,7 +693,7 @@ def self_metrics(ingest: IngestStats, assembly: AssemblyStats, stats: PipelineSt
     for protocol, reason in sorted(known_requests | ingest.requests_rejected.keys()):
         requests.add_metric([protocol, reason], ingest.requests_rejected[(protocol, reason)])
     truncated = cat.ATTRIBUTES_TRUNCATED.empty()
-    for protocol in ("http", "grpc"):
+    for protocol in _protocols(ingest.attributes_truncated):
         truncated.add_metric([protocol], ingest.attributes_truncated[protocol])
     yield from (received, rejected, requests, truncated)
     families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}

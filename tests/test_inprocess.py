@@ -1,0 +1,156 @@
+"""In-process mode: the same RAG traces through the real SDK into the sidecar (OTLP/HTTP) and
+into ``RagmonSpanProcessor`` give the same numbers; registry and serve modes; the drain at
+shutdown; a full buffer drops and counts without blocking the application."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from prometheus_client import CollectorRegistry, generate_latest
+from server_helpers import sidecar_thread
+from test_sidecar import PRICE, TRACES, FakeClock, samples, scrape, value, wait_for
+
+from ragmon.app import Sidecar
+from ragmon.config import Config, MetricsConfig, ReceiverConfig
+from ragmon.receivers import inprocess
+from ragmon.receivers.inprocess import RagmonSpanProcessor
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+SV = {"service": "rag-api", "variant": "B"}
+
+
+def send(*processors: SpanProcessor, traces: list[tuple[list[str], list[str]]] = TRACES, flush: bool = True) -> None:
+    """The RAG traces of test_sidecar (OpenInference, real SDK), through each of ``processors``."""
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag-api", "ragmon.variant": "B"}))
+    for processor in processors:
+        provider.add_span_processor(processor)
+    tracer = provider.get_tracer("app")
+    for ranking, relevant in traces:
+        with tracer.start_as_current_span("rag") as root:
+            root.set_attribute("openinference.span.kind", "CHAIN")
+            root.set_attribute("input.value", "what is the refund window?")
+            root.set_attribute("output.value", "30 days.")
+            with tracer.start_as_current_span("retrieve") as span:
+                span.set_attribute("openinference.span.kind", "RETRIEVER")
+                for i, doc in enumerate(ranking):
+                    span.set_attribute(f"retrieval.documents.{i}.document.id", doc)
+                span.set_attribute("ragmon.relevant_document_ids", relevant)
+            with tracer.start_as_current_span("llm") as span:
+                span.set_attribute("openinference.span.kind", "LLM")
+                span.set_attribute("llm.model_name", "gpt-4o-mini")
+                span.set_attribute("llm.provider", "openai")
+                span.set_attribute("llm.token_count.prompt", 100)
+                span.set_attribute("llm.token_count.completion", 20)
+    if flush:
+        provider.force_flush()
+
+
+def config(**receiver: int) -> Config:
+    return Config(
+        receiver=ReceiverConfig(http="127.0.0.1:0", grpc="", **receiver),
+        metrics=MetricsConfig(listen="127.0.0.1:0"),
+        pricing={"gpt-4o-mini": PRICE},
+    )
+
+
+def scored(car: Sidecar, clock: FakeClock, spans: int, records: int) -> None:
+    """Wait until ``spans`` are held, step past the grace, wait for ``records`` scored."""
+    wait_for(lambda: car.assembler.stats().spans_held == spans)
+    clock.now += 3.0
+    wait_for(lambda: car.pipeline.stats().records == records)
+
+
+INGEST = ("ragmon_spans_", "ragmon_requests_rejected", "ragmon_attributes_truncated", "ragmon_connections",
+          "ragmon_queue", "ragmon_process", "ragmon_listener")
+
+
+def rag_series(values: Samples) -> Samples:
+    """ragmon's series but the ingest counters (they differ by protocol) and ``_created`` (wall clock)."""
+    return {key: v for key, v in values.items()
+            if key[0].startswith("ragmon_") and not key[0].startswith(INGEST) and not key[0].endswith("_created")}
+
+
+@pytest.fixture
+def processor() -> Iterator[tuple[RagmonSpanProcessor, FakeClock, CollectorRegistry]]:
+    clock, registry = FakeClock(), CollectorRegistry()
+    proc = RagmonSpanProcessor(config(), registry=registry, serve="127.0.0.1:0", clock=clock, environ={})
+    try:
+        yield proc, clock, registry
+    finally:
+        proc.shutdown()
+
+
+def test_the_same_numbers_as_the_sidecar(processor: tuple[RagmonSpanProcessor, FakeClock, CollectorRegistry]) -> None:
+    proc, clock, registry = processor
+    sidecar_clock = FakeClock()
+    with sidecar_thread(config(), sidecar_clock) as (car, _):
+        exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{car.ports.http}/v1/traces", timeout=10)
+        send(SimpleSpanProcessor(exporter), proc)  # the same spans to both
+        scored(car, sidecar_clock, 9, 3)
+        assert car.ports.metrics is not None
+        wire = samples(scrape(car.ports.metrics))
+    assert proc.force_flush()
+    scored(proc.sidecar, clock, 9, 3)
+    assert proc.port is not None
+    served = samples(scrape(proc.port))
+    registered = samples(generate_latest(registry).decode())
+    expected = rag_series(wire)
+    assert len(expected) > 100
+    assert value(expected, "ragmon_traces_total", **SV) == 3
+    assert value(expected, "ragmon_retrieval_mrr", **SV, source="label", window="5m") == pytest.approx(0.5)
+    assert rag_series(served) == expected
+    assert rag_series(registered) == expected
+    assert value(registered, "ragmon_spans_received_total", protocol="inprocess") == 9
+    assert value(wire, "ragmon_spans_received_total", protocol="http") == 9
+
+
+def test_the_compared_series_cover_the_rag_families(processor: tuple[RagmonSpanProcessor, FakeClock, CollectorRegistry]) -> None:
+    proc, clock, registry = processor
+    send(proc)
+    assert proc.force_flush()
+    scored(proc.sidecar, clock, 9, 3)
+    names = {name for name, _ in rag_series(samples(generate_latest(registry).decode()))}
+    for family in ("ragmon_traces_total", "ragmon_retrieval_hit_rate", "ragmon_retrieval_mrr", "ragmon_retrieval_recall_bucket",
+                   "ragmon_retrieval_ndcg_bucket", "ragmon_request_duration_seconds_bucket", "ragmon_latency_seconds", "ragmon_tokens_total", "ragmon_cost_usd_total"):
+        assert family in names, family
+
+
+def test_shutdown_scores_every_trace_held() -> None:
+    registry = CollectorRegistry()
+    proc = RagmonSpanProcessor(config(), registry=registry, clock=FakeClock(), environ={})
+    assert proc.port is None  # registry mode only: nothing served
+    send(proc)
+    proc.shutdown()  # the clock never moved past the grace: only the drain finishes them
+    after = samples(generate_latest(registry).decode())
+    assert value(after, "ragmon_traces_total", **SV) == 3
+    assert value(after, "ragmon_spans_received_total", protocol="inprocess") == 9
+
+
+def test_a_full_buffer_drops_and_counts_without_blocking() -> None:
+    registry = CollectorRegistry()
+    proc = RagmonSpanProcessor(config(max_queued_spans=4), registry=registry, clock=FakeClock(), environ={})
+    release = threading.Event()
+
+    async def stall() -> None:
+        release.wait(30)  # blocks ragmon's loop: nothing is handed over meanwhile
+
+    future = inprocess.asyncio.run_coroutine_threadsafe(stall(), proc._loop)
+    try:
+        started = time.perf_counter()
+        send(proc, traces=TRACES * 3, flush=False)  # 27 spans into a buffer of 4: on_end only
+        assert time.perf_counter() - started < 2.0
+        assert not proc.force_flush(timeout_millis=100)  # the loop is stalled: flush times out
+    finally:
+        release.set()
+        future.result(10)
+    proc.shutdown()
+    after = samples(generate_latest(registry).decode())
+    assert value(after, "ragmon_spans_received_total", protocol="inprocess") == 4
+    assert value(after, "ragmon_spans_rejected_total", protocol="inprocess", reason="overloaded") == 23
