@@ -4,6 +4,7 @@ shutdown; a full buffer drops and counts without blocking the application."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -14,13 +15,19 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry, generate_latest
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from otel_helpers import record_spans, to_protobuf
 from server_helpers import sidecar_thread
 from test_sidecar import PRICE, TRACES, FakeClock, samples, scrape, value, wait_for
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 from ragmon.receivers import inprocess
-from ragmon.receivers.inprocess import RagmonSpanProcessor
+from ragmon.conventions import SELECTION
+from ragmon.model import AttributeFilter
+from ragmon.otlp.decode import SpanSelection, decode_protobuf, kept_resource
+from ragmon.receivers.inprocess import RagmonSpanProcessor, to_span
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 SV = {"service": "rag-api", "variant": "B"}
@@ -154,3 +161,50 @@ def test_a_full_buffer_drops_and_counts_without_blocking() -> None:
     after = samples(generate_latest(registry).decode())
     assert value(after, "ragmon_spans_received_total", protocol="inprocess") == 4
     assert value(after, "ragmon_spans_rejected_total", protocol="inprocess", reason="overloaded") == 23
+
+
+def _varied(tracer: otel_trace.Tracer) -> None:
+    """Spans of every kind, a remote parent, an error, events, every attribute value type, long
+    and non-ASCII values, attributes ragmon does not read."""
+    parent = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=True, trace_flags=TraceFlags(1))
+    context = otel_trace.set_span_in_context(NonRecordingSpan(parent))
+    with tracer.start_as_current_span("ask", context=context, kind=SpanKind.SERVER) as root:
+        root.set_attribute("openinference.span.kind", "CHAIN")
+        root.set_attribute("input.value", "qué ventana de reembolso? " * 3)
+        root.set_attribute("output.value", "x" * 100)  # past the bound: cut and counted
+        root.set_attribute("http.route", "/ask")
+        with tracer.start_as_current_span("retrieve", kind=SpanKind.CLIENT) as span:
+            span.set_attribute("openinference.span.kind", "RETRIEVER")
+            span.set_attribute("retrieval.documents.0.document.id", "d1")
+            span.set_attribute("retrieval.documents.0.document.score", 0.9)
+            span.set_attribute("retrieval.documents.1.document.id", "dö2")
+            span.set_attribute("ragmon.relevant_document_ids", ["d1", "d7"])
+            span.set_attribute("ragmon.grades", [2, 1])
+            span.set_attribute("ragmon.flag", True)
+            span.add_event("gen_ai.evaluation.result", {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": 0.5})
+            span.add_event("db.query.result", {"db.query.result.id": "d1", "db.query.result.rank": 1})
+            span.add_event("other.event", {"x": 1})
+            span.set_status(Status(StatusCode.ERROR, "boom"))
+        for kind in (SpanKind.INTERNAL, SpanKind.PRODUCER, SpanKind.CONSUMER):
+            with tracer.start_as_current_span(f"step-{kind.name}-" + "n" * 60, kind=kind) as span:
+                span.set_attribute("llm.token_count.prompt", 100)
+                span.set_attribute("llm.model_name", "gpt-4o-mini")
+
+
+@pytest.mark.parametrize("limit", [16_384, 40])
+def test_spans_from_the_sdk_equal_the_decoders_reading_of_the_sdks_otlp(limit: int) -> None:
+    """``to_span`` on SDK spans gives the ``Span`` values ``decode_protobuf`` gives for the
+    body the SDK's OTLP exporter makes of them: every field and the same cuts; sizes within 5%
+    (arrays of numbers are counted a little differently, and encoding caches a UTF-8 copy in
+    the SDK's non-ASCII strings, which ``getsizeof`` then counts)."""
+    selection = SpanSelection(SELECTION.attributes, AttributeFilter(frozenset({"ragmon.variant"})), SELECTION.events, limit)
+    spans = record_spans(_varied, **{"ragmon.variant": "B"})
+    decoded = decode_protobuf(to_protobuf(spans), selection)
+    resource = kept_resource(spans[0].resource.attributes, selection)
+    converted = [to_span(span, selection, resource) for span in spans]
+    for (kept, _), wire in zip(converted, decoded.spans, strict=True):
+        assert kept is not None
+        assert dataclasses.replace(kept, size=wire.size) == wire
+        assert kept.size == pytest.approx(wire.size, rel=0.05)
+    assert sum(cuts for _, cuts in converted) + resource.truncated == decoded.truncated
+    assert (decoded.truncated > 0) == (limit < 100)  # the small bound cuts

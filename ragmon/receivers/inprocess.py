@@ -40,9 +40,9 @@ from ragmon.app import DRAIN_TIMEOUT, Sidecar
 from ragmon.config import Config
 from ragmon.export.server import collect_families
 from ragmon.model import Offer, Span
-from ragmon.otlp.decode import SharedResource, kept_resource, span_from_values
+from ragmon.otlp.decode import SharedResource, SpanSelection, kept_resource, span_from_values
 
-__all__ = ["HAND_OVER", "PROTOCOL", "RagmonSpanProcessor"]
+__all__ = ["HAND_OVER", "PROTOCOL", "RagmonSpanProcessor", "to_span"]
 
 log = logging.getLogger("ragmon")
 
@@ -53,6 +53,28 @@ HAND_OVER = 0.05
 _REMOTE_KNOWN, _REMOTE = 0x100, 0x200
 """OTLP span flags, set as the SDK's OTLP exporter sets them."""
 _COLLECT_TIMEOUT = 10.0
+
+
+def to_span(span: ReadableSpan, selection: SpanSelection, resource: SharedResource) -> tuple[Span | None, int]:
+    """What ragmon reads of an SDK span (``resource``: its resource, reduced once), as the
+    OTLP decoder would read it from the SDK's OTLP exporter; and the cuts made. None without
+    a valid context."""
+    context = span.context
+    if context is None:
+        return None, 0
+    parent = span.parent
+    return span_from_values(
+        selection,
+        resource,
+        (context.trace_id, context.span_id, parent.span_id if parent is not None else 0),
+        span.name,
+        (span.start_time or 0, span.end_time or 0),
+        _REMOTE_KNOWN | (_REMOTE if parent is not None and parent.is_remote else 0),
+        span.kind.value + 1,  # the SDK's SpanKind counts from 0 (INTERNAL), OTLP's from 1
+        span.status.status_code is StatusCode.ERROR,
+        span.attributes,
+        ((event.name, event.timestamp, event.attributes) for event in span.events),
+    )
 
 
 class _Forward(Collector):
@@ -122,28 +144,13 @@ class RagmonSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """Keep what ragmon reads of ``span`` in the bounded buffer, or count it refused."""
-        context = span.context
-        if context is None:
-            return
         resource = span.resource
         cached = self._resource
         if cached is None or cached[0] is not resource:
             cached = (resource, kept_resource(resource.attributes, self._selection))
             self._resource = cached
         shared = cached[1]
-        parent = span.parent
-        kept, cuts = span_from_values(
-            self._selection,
-            shared,
-            (context.trace_id, context.span_id, parent.span_id if parent is not None else 0),
-            span.name,
-            (span.start_time or 0, span.end_time or 0),
-            _REMOTE_KNOWN | (_REMOTE if parent is not None and parent.is_remote else 0),
-            span.kind.value + 1,  # the SDK's SpanKind counts from 0 (INTERNAL), OTLP's from 1
-            span.status.status_code is StatusCode.ERROR,
-            span.attributes,
-            ((event.name, event.timestamp, event.attributes) for event in span.events),
-        )
+        kept, cuts = to_span(span, self._selection, shared)
         if kept is None:
             return
         with self._lock:
