@@ -129,11 +129,14 @@ def test_the_compared_series_cover_the_rag_families(processor: tuple[RagmonSpanP
         assert family in names, family
 
 
-def test_shutdown_scores_every_trace_held() -> None:
+def test_shutdown_scores_every_trace_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inprocess, "HAND_OVER", 60.0)  # the spans stay in the buffer until shutdown
     registry = CollectorRegistry()
     proc = RagmonSpanProcessor(config(), registry=registry, clock=FakeClock(), environ={})
     assert proc.port is None  # registry mode only: nothing served
-    send(proc)
+    send(proc, flush=False)
+    before = samples(generate_latest(registry).decode())
+    assert ("ragmon_spans_received_total", frozenset({("protocol", "inprocess")})) not in before
     proc.shutdown()  # the clock never moved past the grace: only the drain finishes them
     after = samples(generate_latest(registry).decode())
     assert value(after, "ragmon_traces_total", **SV) == 3

@@ -230,8 +230,7 @@ class RagmonSpanProcessor(SpanProcessor):
                     await self._stop.wait()
             except TimeoutError:
                 pass
-            self._hand_over()
-        self._hand_over()
+            self._hand_over()  # the last one after stop: on_end takes no more once closed
         await self.sidecar.stop(DRAIN_TIMEOUT)
 
     async def _flush(self) -> None:
