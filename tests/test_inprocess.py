@@ -103,8 +103,9 @@ def test_the_same_numbers_as_the_sidecar(processor: tuple[RagmonSpanProcessor, F
         scored(car, sidecar_clock, 9, 3)
         assert car.ports.metrics is not None
         wire = samples(scrape(car.ports.metrics))
-    assert proc.force_flush()
-    scored(proc.sidecar, clock, 9, 3)
+    clock.now += 3.0  # the sidecar's clock stepped as much
+    assert proc.force_flush()  # finishes and scores the rooted traces: no need to wait out the grace
+    assert proc.sidecar.pipeline.stats().records == 3
     assert proc.port is not None
     served = samples(scrape(proc.port))
     registered = samples(generate_latest(registry).decode())
@@ -120,9 +121,8 @@ def test_the_same_numbers_as_the_sidecar(processor: tuple[RagmonSpanProcessor, F
 
 def test_the_compared_series_cover_the_rag_families(processor: tuple[RagmonSpanProcessor, FakeClock, CollectorRegistry]) -> None:
     proc, clock, registry = processor
-    send(proc)
-    assert proc.force_flush()
-    scored(proc.sidecar, clock, 9, 3)
+    send(proc)  # ends with provider.force_flush(): every trace is scored when it returns
+    assert proc.sidecar.pipeline.stats().records == 3
     names = {name for name, _ in rag_series(samples(generate_latest(registry).decode()))}
     for family in ("ragmon_traces_total", "ragmon_retrieval_hit_rate", "ragmon_retrieval_mrr", "ragmon_retrieval_recall_bucket",
                    "ragmon_retrieval_ndcg_bucket", "ragmon_request_duration_seconds_bucket", "ragmon_latency_seconds", "ragmon_tokens_total", "ragmon_cost_usd_total"):
@@ -211,3 +211,23 @@ def test_spans_from_the_sdk_equal_the_decoders_reading_of_the_sdks_otlp(limit: i
         assert kept.size == pytest.approx(wire.size, rel=0.05)
     assert sum(cuts for _, cuts in converted) + resource.truncated == decoded.truncated
     assert (decoded.truncated > 0) == (limit < 100)  # the small bound cuts
+
+
+def test_force_flush_scores_the_finished_traces_and_keeps_open_ones(
+    processor: tuple[RagmonSpanProcessor, FakeClock, CollectorRegistry],
+) -> None:
+    proc, _, registry = processor
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag-api", "ragmon.variant": "B"}))
+    provider.add_span_processor(proc)
+    tracer = provider.get_tracer("app")
+    root = tracer.start_span("rag", attributes={"openinference.span.kind": "CHAIN"})  # open during the flush
+    child = tracer.start_span("retrieve", context=otel_trace.set_span_in_context(root),
+                              attributes={"openinference.span.kind": "RETRIEVER", "retrieval.documents.0.document.id": "d1"})
+    child.end()
+    send(proc)  # three finished traces, flushed at the end (the clock never moves)
+    assert proc.sidecar.pipeline.stats().records == 3
+    assert proc.sidecar.assembler.stats().spans_held == 1  # the open trace's child waits for its root
+    assert value(samples(generate_latest(registry).decode()), "ragmon_traces_total", **SV) == 3
+    root.end()
+    assert proc.force_flush()
+    assert proc.sidecar.pipeline.stats().records == 4

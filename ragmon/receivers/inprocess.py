@@ -41,6 +41,7 @@ from ragmon.config import Config
 from ragmon.export.server import collect_families
 from ragmon.model import Offer, Span
 from ragmon.otlp.decode import SharedResource, SpanSelection, kept_resource, span_from_values
+from ragmon.pipeline.queue import PipelineStats
 
 __all__ = ["HAND_OVER", "PROTOCOL", "RagmonSpanProcessor", "to_span"]
 
@@ -53,6 +54,12 @@ HAND_OVER = 0.05
 _REMOTE_KNOWN, _REMOTE = 0x100, 0x200
 """OTLP span flags, set as the SDK's OTLP exporter sets them."""
 _COLLECT_TIMEOUT = 10.0
+_POLL = 0.005
+
+
+def _done(stats: PipelineStats) -> int:
+    """Traces the worker has finished with: scored, ignored or dropped."""
+    return stats.records + stats.ignored + sum(stats.dropped.values())
 
 
 def to_span(span: ReadableSpan, selection: SpanSelection, resource: SharedResource) -> tuple[Span | None, int]:
@@ -179,9 +186,9 @@ class RagmonSpanProcessor(SpanProcessor):
         self._thread.join(DRAIN_TIMEOUT + 10)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Hand the buffered spans to the pipeline and wait until it has taken them into trace
-        assembly (traces then finish as the sidecar's do, after ``traces.grace``); False if
-        that took longer than the timeout or ragmon has stopped."""
+        """Hand the buffered spans to the pipeline, finish every trace whose root span has ended
+        (without waiting out ``traces.grace``) and wait until they are scored; traces still
+        open stay held. False if that took longer than the timeout or ragmon has stopped."""
         if not self._loop.is_running():
             return False
         future = asyncio.run_coroutine_threadsafe(self._flush(), self._loop)
@@ -234,9 +241,16 @@ class RagmonSpanProcessor(SpanProcessor):
         await self.sidecar.stop(DRAIN_TIMEOUT)
 
     async def _flush(self) -> None:
+        """Hand over the buffer; once the worker has taken it, finish the rooted traces and wait
+        until the worker has scored them (or counted them ignored or dropped)."""
         self._hand_over()
-        while self.sidecar.pipeline.stats().queued_spans:
-            await asyncio.sleep(0.005)
+        pipeline = self.sidecar.pipeline
+        while pipeline.stats().queued_spans:
+            await asyncio.sleep(_POLL)
+        target = _done(pipeline.stats()) + self.sidecar.assembler.finish_rooted()
+        pipeline.offer(())  # wakes the worker
+        while _done(pipeline.stats()) < target:
+            await asyncio.sleep(_POLL)
 
     def _hand_over(self) -> None:
         """Offer the buffer to the pipeline (on the loop); count what was received or refused."""
