@@ -5,24 +5,27 @@ shutdown; a full buffer drops and counts without blocking the application."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from prometheus_client import CollectorRegistry, generate_latest
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from otel_helpers import record_spans, to_protobuf
+from judge_server import judge_server_thread, verdict_for
 from server_helpers import sidecar_thread
 from test_sidecar import PRICE, TRACES, FakeClock, samples, scrape, value, wait_for
+from test_sidecar_judge import exporter, finish, judged, running, send_traces
 
 from ragmon.app import Sidecar
-from ragmon.config import Config, MetricsConfig, ReceiverConfig
+from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
 from ragmon.receivers import inprocess
 from ragmon.conventions import SELECTION
 from ragmon.model import AttributeFilter
@@ -231,3 +234,43 @@ def test_force_flush_scores_the_finished_traces_and_keeps_open_ones(
     root.end()
     assert proc.force_flush()
     assert proc.sidecar.pipeline.stats().records == 4
+
+
+class _Into(SpanExporter):
+    """Hands exported spans to a processor's ``on_end`` (to reuse exporter-based trace builders)."""
+
+    def __init__(self, processor: SpanProcessor) -> None:
+        self._processor = processor
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        for span in spans:
+            self._processor.on_end(span)
+        return SpanExportResult.SUCCESS
+
+
+def test_the_llm_judge_runs_in_process_with_the_same_numbers() -> None:
+    responder = functools.partial(verdict_for, supported=(True, False, True), relevance="partial", relevant=lambda i: i == 1)
+    with judge_server_thread(responder=responder, usage=(100, 20)) as server:
+        judge = JudgeConfig(base_url=server.base_url, model="judge-model", sample_rate=1.0, concurrency=2)
+        with running(judge) as (car, clock, _):
+            cfg = dataclasses.replace(car.config, metrics=MetricsConfig(listen=""))
+            proc_clock = FakeClock()
+            proc = RagmonSpanProcessor(cfg, registry=CollectorRegistry(), clock=proc_clock, environ={})
+            try:
+                send_traces([exporter(car), _Into(proc)], 3)
+                finish(car, clock, 3)
+                wait_for(lambda: judged(car) == 3)
+                proc_clock.now += 3.0
+                assert proc.force_flush()
+                wait_for(lambda: judged(proc.sidecar) == 3)
+                assert proc.registry is not None
+                in_process = rag_series(samples(generate_latest(proc.registry).decode()))
+                assert car.ports.metrics is not None
+                wire = rag_series(samples(scrape(car.ports.metrics)))
+            finally:
+                proc.shutdown()
+    assert len(server.requests) == 6  # 3 traces judged by each
+    gen = {**SV, "source": "judge", "judge": "llm"}
+    assert value(wire, "ragmon_faithfulness_sum", **gen) == pytest.approx(2.0, abs=1e-12)
+    assert value(wire, "ragmon_judge_requests_total", evaluator="faithfulness", outcome="ok") == 3
+    assert in_process == wire
