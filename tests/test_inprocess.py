@@ -274,3 +274,22 @@ def test_the_llm_judge_runs_in_process_with_the_same_numbers() -> None:
     assert value(wire, "ragmon_faithfulness_sum", **gen) == pytest.approx(2.0, abs=1e-12)
     assert value(wire, "ragmon_judge_requests_total", evaluator="faithfulness", outcome="ok") == 3
     assert in_process == wire
+
+
+def test_a_span_that_cannot_be_read_is_counted_not_raised_into_the_application() -> None:
+    registry = CollectorRegistry()
+    proc = RagmonSpanProcessor(config(), registry=registry, clock=FakeClock(), environ={})
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    [span] = record_spans(lambda tracer: tracer.start_span("rag").end())
+    broken = ReadableSpan(name="rag", context=span.context, resource=span.resource,
+                          attributes={"openinference.span.kind": Unprintable()})  # type: ignore[dict-item]
+    proc.on_end(broken)
+    proc.on_end(span)
+    proc.shutdown()
+    after = samples(generate_latest(registry).decode())
+    assert value(after, "ragmon_spans_rejected_total", protocol="inprocess", reason="malformed_span") == 1
+    assert value(after, "ragmon_spans_received_total", protocol="inprocess") == 1

@@ -126,6 +126,7 @@ class RagmonSpanProcessor(SpanProcessor):
         self._buffer: list[Span] = []
         self._buffer_bytes = 0
         self._refused = 0
+        self._malformed = 0
         self._truncated = 0
         self._resource: tuple[Resource, SharedResource] | None = None
         self._closed = False
@@ -157,7 +158,12 @@ class RagmonSpanProcessor(SpanProcessor):
             cached = (resource, kept_resource(resource.attributes, self._selection))
             self._resource = cached
         shared = cached[1]
-        kept, cuts = to_span(span, self._selection, shared)
+        try:
+            kept, cuts = to_span(span, self._selection, shared)
+        except Exception:  # never into the application's span.end(): counted, logged once a batch
+            with self._lock:
+                self._malformed += 1
+            return
         if kept is None:
             return
         with self._lock:
@@ -257,6 +263,7 @@ class RagmonSpanProcessor(SpanProcessor):
         with self._lock:
             batch, self._buffer, self._buffer_bytes = self._buffer, [], 0
             refused, self._refused = self._refused, 0
+            malformed, self._malformed = self._malformed, 0
             truncated, self._truncated = self._truncated, 0
         ingest = self.sidecar.ingest
         if batch:
@@ -269,3 +276,6 @@ class RagmonSpanProcessor(SpanProcessor):
                 ingest.spans_rejected[(PROTOCOL, offer.value)] += len(batch)
         if refused:
             ingest.spans_rejected[(PROTOCOL, Offer.OVERLOADED.value)] += refused
+        if malformed:
+            ingest.spans_rejected[(PROTOCOL, "malformed_span")] += malformed
+            log.warning("in-process: %d span(s) could not be read", malformed)
