@@ -9,8 +9,11 @@ import functools
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -21,6 +24,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 from otel_helpers import record_spans, to_protobuf
 from judge_server import judge_server_thread, verdict_for
 from server_helpers import sidecar_thread
+from strategies import SETTINGS
 from test_sidecar import PRICE, TRACES, FakeClock, samples, scrape, value, wait_for
 from test_sidecar_judge import exporter, finish, judged, running, send_traces
 
@@ -293,3 +297,38 @@ def test_a_span_that_cannot_be_read_is_counted_not_raised_into_the_application()
     after = samples(generate_latest(registry).decode())
     assert value(after, "ragmon_spans_rejected_total", protocol="inprocess", reason="malformed_span") == 1
     assert value(after, "ragmon_spans_received_total", protocol="inprocess") == 1
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+_SCALARS = st.one_of(_TEXT, st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False))
+_VALUES = st.one_of(
+    _SCALARS, st.lists(_TEXT, max_size=5), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=5),
+    st.lists(st.floats(allow_nan=False), max_size=5), st.lists(st.booleans(), max_size=3),
+)
+_KEYS = st.sampled_from([
+    "openinference.span.kind", "input.value", "llm.model_name", "retrieval.documents.0.document.id",
+    "ragmon.relevant_document_ids", "gen_ai.usage.input_tokens", "http.route", "x" * 40 + ".ragmon",
+])
+
+
+@settings(SETTINGS, max_examples=60)
+@given(st.dictionaries(_KEYS, _VALUES, max_size=6), st.dictionaries(_KEYS, _VALUES, max_size=3),
+       st.text(max_size=40), st.sampled_from([8, 24, 16_384]))
+def test_any_sdk_attributes_read_as_the_decoder_reads_them(
+    attributes: dict[str, Any], event: dict[str, Any], name: str, limit: int,
+) -> None:
+    """Every attribute value type the SDK takes, any text, any bound: ``to_span`` keeps, cuts
+    and counts what the decoder does for the SDK's OTLP encoding of the same span."""
+    selection = SpanSelection(SELECTION.attributes, AttributeFilter(frozenset({"ragmon.variant"})), SELECTION.events, limit)
+
+    def build(tracer: otel_trace.Tracer) -> None:
+        with tracer.start_as_current_span(name, attributes=attributes) as span:
+            span.add_event("db.query.result", event)
+
+    [span] = record_spans(build, **{"ragmon.variant": "B" * 30})
+    decoded = decode_protobuf(to_protobuf([span]), selection)
+    resource = kept_resource(span.resource.attributes, selection)
+    kept, cuts = to_span(span, selection, resource)
+    assert kept is not None
+    assert dataclasses.replace(kept, size=decoded.spans[0].size) == decoded.spans[0]
+    assert cuts + resource.truncated == decoded.truncated
