@@ -14,15 +14,22 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from judge_server import judge_server_thread, verdict_for
+from opentelemetry import trace as otel_trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-from prometheus_client import CollectorRegistry, generate_latest
-from opentelemetry import trace as otel_trace
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 from otel_helpers import record_spans, to_protobuf
-from judge_server import judge_server_thread, verdict_for
+from prometheus_client import CollectorRegistry, generate_latest
 from server_helpers import sidecar_thread
 from strategies import SETTINGS
 from test_sidecar import PRICE, TRACES, FakeClock, samples, scrape, value, wait_for
@@ -30,10 +37,10 @@ from test_sidecar_judge import exporter, finish, judged, running, send_traces
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
-from ragmon.receivers import inprocess
 from ragmon.conventions import SELECTION
 from ragmon.model import AttributeFilter
 from ragmon.otlp.decode import SpanSelection, decode_protobuf, kept_resource
+from ragmon.receivers import inprocess
 from ragmon.receivers.inprocess import RagmonSpanProcessor, to_span
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -127,7 +134,7 @@ def test_the_same_numbers_as_the_sidecar(processor: tuple[RagmonSpanProcessor, F
 
 
 def test_the_compared_series_cover_the_rag_families(processor: tuple[RagmonSpanProcessor, FakeClock, CollectorRegistry]) -> None:
-    proc, clock, registry = processor
+    proc, _, registry = processor
     send(proc)  # ends with provider.force_flush(): every trace is scored when it returns
     assert proc.sidecar.pipeline.stats().records == 3
     names = {name for name, _ in rag_series(samples(generate_latest(registry).decode()))}

@@ -26,11 +26,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span as SdkSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
