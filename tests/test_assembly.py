@@ -69,6 +69,18 @@ def test_trace_completes_grace_after_root_and_not_before() -> None:
     assert a.expire(100.0) == []
 
 
+def test_finish_rooted_finishes_rooted_traces_at_once_and_keeps_the_others() -> None:
+    a = assembler()
+    a.add([span(1, 2, parent=1), span(1, 1), span(2, 3, parent=9), span(3, 4)], now=10.0)
+    assert a.finish_rooted() == 2  # traces 1 and 3 have their root; trace 2 waits for its own
+    done = a.expire(10.0)
+    assert sorted(t.trace_id for t in done) == [tid(1), tid(3)]
+    assert a.stats().traces_complete == 2 and a.stats().traces_pending == 1 and a.stats().spans_held == 1
+    assert a.finish_rooted() == 0
+    a.add([span(2, 9)], now=11.0)
+    assert a.finish_rooted() == 1
+
+
 def test_new_span_resets_grace() -> None:
     a = assembler()
     a.add([span(1, 1)], now=0.0)

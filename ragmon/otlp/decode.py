@@ -37,7 +37,7 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import Any
@@ -56,6 +56,9 @@ __all__ = [
     "decode_protobuf",
     "decode_json",
     "count_spans",
+    "SharedResource",
+    "kept_resource",
+    "span_from_values",
 ]
 
 MAX_VALUE_DEPTH = 16
@@ -406,6 +409,127 @@ def _pb_attributes(attributes: Any, wanted: AttributeFilter, limit: int) -> tupl
 def _bounded_text(text: str, limit: int) -> tuple[str, int]:
     """``text`` cut to ``limit`` characters, and 1 if it was cut."""
     return (text[:limit], 1) if len(text) > limit else (text, 0)
+
+
+# -- Python values (the OpenTelemetry SDK's ReadableSpan, already decoded) --------------------------
+
+
+def _py_read(value: Any) -> tuple[int, Any]:
+    """The kind of an SDK attribute value (as the SDK's OTLP encoder maps it)."""
+    if value is None:
+        return _NULL, None
+    if isinstance(value, str):
+        return _STRING, value
+    if isinstance(value, bool | int | float):
+        return _SCALAR, value
+    if isinstance(value, bytes):
+        return _BYTES, value
+    if isinstance(value, Mapping):
+        return _KVLIST, ((str(k), v) for k, v in value.items())
+    if isinstance(value, Sequence):
+        return _ARRAY, value
+    return _STRING, str(value)
+
+
+def _py_attributes(attributes: Mapping[str, Any] | None, wanted: AttributeFilter, limit: int) -> tuple[dict[str, AttrValue], int, int]:
+    """The wanted entries of an SDK attribute mapping, bounded, sized and cut as
+    ``_pb_attributes`` does (ASCII strings within the limit inline, anything else by ``_keep``)."""
+    out: dict[str, AttrValue] = {}
+    size = cuts = 0
+    if attributes:
+        keys, prefixes = wanted.keys, wanted.prefixes
+        for key, value in attributes.items():
+            if key in keys or key.startswith(prefixes):
+                if type(value) is str and len(key) + len(value) <= limit and value.isascii() and key.isascii():
+                    out[key] = value
+                    size += len(key) + len(value)
+                    continue
+                more, cut = _keep(out, key, value, _py_read, limit, _same)
+                size += more
+                cuts += cut
+    return out, size + len(out) * _ENTRY + (_DICT if out else _EMPTY_DICT), cuts
+
+
+@dataclass(frozen=True, slots=True)
+class SharedResource:
+    """What every span of one resource shares: ``service.name`` (bounded), the kept resource
+    attributes, the bytes counted on each span for them, and the cuts made once."""
+
+    service: str
+    attributes: dict[str, AttrValue]
+    size: int
+    truncated: int
+
+
+def kept_resource(attributes: Mapping[str, Any], selection: SpanSelection) -> SharedResource:
+    """A resource's attributes (already decoded Python values) reduced as the decoders do."""
+    limit = selection.max_value_chars
+    raw = attributes.get(_SERVICE_NAME, "")
+    service, cut = _bounded_text(raw if isinstance(raw, str) else str(raw), limit)
+    resource, shared, cuts = _py_attributes(attributes, selection.resource, limit)
+    return SharedResource(service, resource, shared + _SPAN_BASE + _text_size(service), cut + cuts)
+
+
+def span_from_values(
+    selection: SpanSelection,
+    resource: SharedResource,
+    ids: tuple[int, int, int],
+    name: str,
+    times: tuple[int, int],
+    flags: int,
+    kind: int,
+    error: bool,
+    attributes: Mapping[str, Any] | None,
+    events: Iterable[tuple[str, int, Mapping[str, Any] | None]],
+) -> tuple[Span | None, int]:
+    """One ``Span`` from already-decoded values (an SDK span: integer ids ``(trace, span,
+    parent or 0)``, OTLP ``kind``), kept, bounded and sized as the decoders do; and its cuts.
+    None for an all-zero trace or span id (the receivers reject those)."""
+    trace_id, span_id, parent_id = ids
+    if not trace_id or not span_id:
+        return None, 0
+    limit = selection.max_value_chars
+    size = resource.size
+    kept: list[SpanEvent] = []
+    cuts = 0
+    wanted_events = selection.events
+    if wanted_events:
+        more = 0
+        for event_name, time_ns, event_attributes in events:
+            if event_name in wanted_events:
+                if len(kept) == MAX_EVENTS:
+                    cuts += 1
+                    break
+                kept_attributes, extra, cut = _keep_all(
+                    (event_attributes or {}).items(), _py_read, limit, _same
+                )
+                kept.append(SpanEvent(event_name, time_ns, kept_attributes))
+                more += _EVENT_BASE + _text_size(event_name) + extra
+                cuts += cut
+        size += more + (_TUPLE + 8 * len(kept) if kept else 0)
+    kept_attrs, more, cut = _py_attributes(attributes, selection.attributes, limit)
+    size += more
+    cuts += cut
+    name, cut = _bounded_text(name, limit)
+    cuts += cut
+    size += _text_size(name)
+    span = Span(
+        trace_id.to_bytes(16, "big"),
+        span_id.to_bytes(8, "big"),
+        parent_id.to_bytes(8, "big") if parent_id else b"",
+        name,
+        times[0],
+        times[1],
+        flags,
+        kind,
+        error,
+        resource.service,
+        kept_attrs,
+        tuple(kept),
+        resource.attributes,
+        size,
+    )
+    return span, cuts
 
 
 def decode_protobuf(body: bytes, selection: SpanSelection) -> Decoded:

@@ -274,6 +274,16 @@ class TraceAssembler:
             out.append(self._finish(next(iter(self._pending.values())), FinishReason.DRAINED))
         return out
 
+    def finish_rooted(self) -> int:
+        """Finish every trace whose local root has arrived now, as ``complete``, without waiting
+        out the grace (in-process mode's ``force_flush``); they come out of the next ``expire``.
+        Returns how many."""
+        finished = 0
+        while self._quiet:
+            self._ready.append(self._finish(next(iter(self._quiet.values())), FinishReason.COMPLETE))
+            finished += 1
+        return finished
+
     def stats(self) -> AssemblyStats:
         """A snapshot of the counters and gauges."""
         return AssemblyStats(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -66,7 +66,7 @@ class IngestStats:
         received = cat.SPANS_RECEIVED.empty()
         rejected = cat.SPANS_REJECTED.empty()
         requests = cat.REQUESTS_REJECTED.empty()
-        for protocol in ("http", "grpc"):
+        for protocol in _protocols(self.spans_received):
             received.add_metric([protocol], self.spans_received[protocol])
         known_spans = {(protocol, reason) for protocol in REQUEST_REJECT_REASONS for reason in SPAN_REJECT_REASONS}
         for protocol, reason in sorted(known_spans | self.spans_rejected.keys()):
@@ -75,9 +75,14 @@ class IngestStats:
         for protocol, reason in sorted(known_requests | self.requests_rejected.keys()):
             requests.add_metric([protocol, reason], self.requests_rejected[(protocol, reason)])
         truncated = cat.ATTRIBUTES_TRUNCATED.empty()
-        for protocol in ("http", "grpc"):
+        for protocol in _protocols(self.attributes_truncated):
             truncated.add_metric([protocol], self.attributes_truncated[protocol])
         yield from (received, rejected, requests, truncated)
+
+
+def _protocols(counts: Mapping[str, int]) -> tuple[str, ...]:
+    """The OTLP protocols, then any other counted (``inprocess``: the in-process processor)."""
+    return ("http", "grpc", *sorted(counts.keys() - {"http", "grpc"}))
 
 
 class IngestGate:

@@ -1,0 +1,281 @@
+"""In-process mode: a ``SpanProcessor`` an application adds to its own ``TracerProvider``.
+
+It receives spans from the OpenTelemetry SDK instead of the wire and runs the sidecar itself
+(``ragmon.app.Sidecar``: the same pipeline, scoring, judge and exporter, so the same numbers)
+on an event loop in a background thread, with no OTLP listener. Its metrics are served on
+``serve`` ("host:port", the sidecar's metrics server) or registered into the application's
+prometheus_client ``registry`` (then the app's own ``/metrics`` shows them), or both.
+
+``on_end`` never blocks the application: it converts the ``ReadableSpan`` to a ragmon ``Span``
+(only the attributes the conventions read, bounded and sized as the OTLP decoders do:
+``ragmon.otlp.decode.span_from_values``) and appends it to a buffer bounded by
+``receiver.max_queued_spans`` and ``receiver.max_queued_bytes``. The background loop hands the
+buffer to the pipeline every ``HAND_OVER`` seconds. A span that finds the buffer or the
+pipeline's queue full is dropped and counted in
+``ragmon_spans_rejected_total{protocol="inprocess",reason="overloaded"}`` (no exporter to retry);
+spans handed over count in ``ragmon_spans_received_total{protocol="inprocess"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.trace import StatusCode
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from ragmon.app import DRAIN_TIMEOUT, Sidecar
+from ragmon.config import Config
+from ragmon.export.server import collect_families
+from ragmon.model import Offer, Span
+from ragmon.otlp.decode import SharedResource, SpanSelection, kept_resource, span_from_values
+from ragmon.pipeline.queue import PipelineStats
+
+__all__ = ["HAND_OVER", "PROTOCOL", "RagmonSpanProcessor", "to_span"]
+
+log = logging.getLogger("ragmon")
+
+PROTOCOL = "inprocess"
+"""The ``protocol`` label of the ingest counters for spans from the SDK."""
+HAND_OVER = 0.05
+"""Seconds between two hand-overs of the buffered spans to the pipeline."""
+_REMOTE_KNOWN, _REMOTE = 0x100, 0x200
+"""OTLP span flags, set as the SDK's OTLP exporter sets them."""
+_COLLECT_TIMEOUT = 10.0
+_POLL = 0.005
+
+
+def _done(stats: PipelineStats) -> int:
+    """Traces the worker has finished with: scored, ignored or dropped."""
+    return stats.records + stats.ignored + sum(stats.dropped.values())
+
+
+def to_span(span: ReadableSpan, selection: SpanSelection, resource: SharedResource) -> tuple[Span | None, int]:
+    """What ragmon reads of an SDK span (``resource``: its resource, reduced once), as the
+    OTLP decoder would read it from the SDK's OTLP exporter; and the cuts made. None without
+    a valid context."""
+    context = span.context
+    if context is None:
+        return None, 0
+    parent = span.parent
+    return span_from_values(
+        selection,
+        resource,
+        (context.trace_id, context.span_id, parent.span_id if parent is not None else 0),
+        span.name,
+        (span.start_time or 0, span.end_time or 0),
+        _REMOTE_KNOWN | (_REMOTE if parent is not None and parent.is_remote else 0),
+        span.kind.value + 1,  # the SDK's SpanKind counts from 0 (INTERNAL), OTLP's from 1
+        span.status.status_code is StatusCode.ERROR,
+        span.attributes,
+        ((event.name, event.timestamp, event.attributes) for event in span.events),
+    )
+
+
+class _Forward(Collector):
+    """The processor's families for the application's registry, collected on ragmon's loop
+    (where every stage runs), or directly once it has stopped."""
+
+    def __init__(self, processor: RagmonSpanProcessor) -> None:
+        self._processor = processor
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._processor.collect()
+
+
+class RagmonSpanProcessor(SpanProcessor):
+    """ragmon in-process: ``provider.add_span_processor(RagmonSpanProcessor(config, registry=REGISTRY))``.
+
+    ``config`` is the sidecar's (``receiver.http``/``grpc`` are ignored; ``metrics.listen`` is
+    replaced by ``serve``, "" for none). ``clock`` (monotonic seconds) and ``environ`` (the
+    judge's ``OPENAI_*``) as ``Sidecar``'s. Starts at once; ``shutdown`` scores every trace held.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        serve: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        cfg = config or Config()
+        cfg = dataclasses.replace(
+            cfg,
+            receiver=dataclasses.replace(cfg.receiver, http="", grpc=""),
+            metrics=dataclasses.replace(cfg.metrics, listen=serve),
+        )
+        self.sidecar = Sidecar(cfg, clock=clock, environ=dict(os.environ if environ is None else environ))
+        self._selection = self.sidecar.receiver_settings.selection
+        self._max_spans = cfg.receiver.max_queued_spans
+        self._max_bytes = cfg.receiver.max_queued_bytes
+        self._lock = threading.Lock()
+        self._buffer: list[Span] = []
+        self._buffer_bytes = 0
+        self._refused = 0
+        self._malformed = 0
+        self._truncated = 0
+        self._resource: tuple[Resource, SharedResource] | None = None
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(started,), name="ragmon", daemon=True)
+        self._thread.start()
+        started.result()  # re-raises a failed start (a port in use, a bad judge config)
+        self.registry = registry
+        if registry is not None:
+            registry.register(_Forward(self))
+
+    @property
+    def port(self) -> int | None:
+        """The bound port of the metrics server (``serve``), else None."""
+        return self.sidecar.ports.metrics
+
+    # -- SpanProcessor -----------------------------------------------------------------------
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        """Nothing: ragmon reads ended spans."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Keep what ragmon reads of ``span`` in the bounded buffer, or count it refused."""
+        resource = span.resource
+        cached = self._resource
+        if cached is None or cached[0] is not resource:
+            cached = (resource, kept_resource(resource.attributes, self._selection))
+            self._resource = cached
+        shared = cached[1]
+        try:
+            kept, cuts = to_span(span, self._selection, shared)
+        except Exception:  # never into the application's span.end(): counted, logged once a batch
+            with self._lock:
+                self._malformed += 1
+            return
+        if kept is None:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            buffered = len(self._buffer)
+            if buffered and (
+                buffered >= self._max_spans or self._buffer_bytes + kept.size > self._max_bytes
+            ):
+                self._refused += 1
+                return
+            self._buffer.append(kept)
+            self._buffer_bytes += kept.size
+            self._truncated += cuts + (shared.truncated if not buffered else 0)
+
+    def shutdown(self) -> None:
+        """Refuse new spans, score every trace held (at most ``DRAIN_TIMEOUT`` seconds), stop
+        the metrics server and the background thread. The registry keeps the final values."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        stop = self._stop
+        if stop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(stop.set)
+        self._thread.join(DRAIN_TIMEOUT + 10)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Hand the buffered spans to the pipeline, finish every trace whose root span has ended
+        (without waiting out ``traces.grace``) and wait until they are scored; traces still
+        open stay held. False if that took longer than the timeout or ragmon has stopped."""
+        if not self._loop.is_running():
+            return False
+        future = asyncio.run_coroutine_threadsafe(self._flush(), self._loop)
+        try:
+            future.result(timeout_millis / 1000)
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            future.cancel()
+            return False
+        return True
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def collect(self) -> list[Metric]:
+        """Every family of ragmon, collected on its loop while it runs."""
+        if self._loop.is_running() and threading.current_thread() is not self._thread:
+            future = asyncio.run_coroutine_threadsafe(collect_families(self.sidecar.registry), self._loop)
+            try:
+                return future.result(_COLLECT_TIMEOUT)
+            except (concurrent.futures.TimeoutError, RuntimeError):
+                future.cancel()
+                if self._loop.is_running():
+                    raise
+        return list(self.sidecar.registry.collect())
+
+    # -- the background loop -------------------------------------------------------------------
+
+    def _run(self, started: concurrent.futures.Future[None]) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main(started))
+        finally:
+            self._loop.close()
+
+    async def _main(self, started: concurrent.futures.Future[None]) -> None:
+        self._stop = asyncio.Event()
+        try:
+            await self.sidecar.start()
+        except BaseException as error:
+            await self.sidecar.stop()
+            started.set_exception(error)
+            return
+        started.set_result(None)
+        while not self._stop.is_set():
+            try:
+                async with asyncio.timeout(HAND_OVER):
+                    await self._stop.wait()
+            except TimeoutError:
+                pass
+            self._hand_over()  # the last one after stop: on_end takes no more once closed
+        await self.sidecar.stop(DRAIN_TIMEOUT)
+
+    async def _flush(self) -> None:
+        """Hand over the buffer; once the worker has taken it, finish the rooted traces and wait
+        until the worker has scored them (or counted them ignored or dropped)."""
+        self._hand_over()
+        pipeline = self.sidecar.pipeline
+        while pipeline.stats().queued_spans:
+            await asyncio.sleep(_POLL)
+        target = _done(pipeline.stats()) + self.sidecar.assembler.finish_rooted()
+        pipeline.offer(())  # wakes the worker
+        while _done(pipeline.stats()) < target:
+            await asyncio.sleep(_POLL)
+
+    def _hand_over(self) -> None:
+        """Offer the buffer to the pipeline (on the loop); count what was received or refused."""
+        with self._lock:
+            batch, self._buffer, self._buffer_bytes = self._buffer, [], 0
+            refused, self._refused = self._refused, 0
+            malformed, self._malformed = self._malformed, 0
+            truncated, self._truncated = self._truncated, 0
+        ingest = self.sidecar.ingest
+        if batch:
+            offer = self.sidecar.pipeline.offer(batch)
+            if offer is Offer.ACCEPTED:
+                ingest.spans_received[PROTOCOL] += len(batch)
+                if truncated:
+                    ingest.attributes_truncated[PROTOCOL] += truncated
+            else:
+                ingest.spans_rejected[(PROTOCOL, offer.value)] += len(batch)
+        if refused:
+            ingest.spans_rejected[(PROTOCOL, Offer.OVERLOADED.value)] += refused
+        if malformed:
+            ingest.spans_rejected[(PROTOCOL, "malformed_span")] += malformed
+            log.warning("in-process: %d span(s) could not be read", malformed)
