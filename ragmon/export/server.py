@@ -25,6 +25,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from ragmon.export.status import CSP
 from ragmon.receivers.auth import bearer_token_matches
 
 __all__ = [
@@ -166,7 +167,10 @@ def metrics_app(
         return web.Response(text="ready\n")
 
     async def status(_: web.Request) -> web.Response:
-        return web.Response(text=status_page(), content_type="text/html")
+        return web.Response(
+            text=status_page(), content_type="text/html",
+            headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+        )
 
     app = web.Application(middlewares=[bearer_guard(token)])
     app.router.add_get("/metrics", metrics_handler(registry))
