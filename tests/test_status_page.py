@@ -99,7 +99,8 @@ def test_the_page_has_its_sections_refreshes_itself_and_draws_a_sparkline() -> N
     points = [tuple(map(float, p.split(","))) for p in (polylines[0]["points"] or "").split()]
     assert [x for x, _ in points] == [1.0, 60.0, 119.0]
     assert [y for _, y in points] == [23.0, 12.0, 1.0]  # low at the bottom, high at the top
-    assert "0.125" in page and "budget 1/hour" in page
+    assert "0.125" in page and "<td>spent USD</td><td>0.1250 (budget 1 USD/hour)</td>" in page
+    assert "<th></th>" not in page
 
 
 def test_an_empty_snapshot_says_so() -> None:

@@ -291,10 +291,10 @@ def sparkline(points: Sequence[float], width: int = 120, height: int = 24) -> st
 
 
 def _table(head: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
-    """A table of already-escaped cells."""
+    """A table of already-escaped cells (no header row when ``head`` is empty)."""
     th = "".join(f"<th>{h}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
+    return f"<table>{f'<tr>{th}</tr>' if th else ''}{body}</table>"
 
 
 def render(snapshot: StatusSnapshot) -> str:
@@ -303,7 +303,7 @@ def render(snapshot: StatusSnapshot) -> str:
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<meta http-equiv='refresh' content='{REFRESH}'><title>ragmon status</title>",
         f"<style>{_STYLE}</style></head><body><h1>ragmon</h1>",
-        _table(["", ""], ([f"<b>{_e(k)}</b>", _e(v)] for k, v in snapshot.rows)),
+        _table([], ([f"<b>{_e(k)}</b>", _e(v)] for k, v in snapshot.rows)),
         "<h2>Rolling values</h2>",
     ]
     if snapshot.series:
@@ -331,9 +331,9 @@ def render(snapshot: StatusSnapshot) -> str:
     judge = snapshot.judge
     parts.append("<h2>Judge</h2>")
     judge_rows = [["mode", _e(judge.mode)], ["breaker", _e(judge.breaker or "n/a")],
-            ["spend USD", f"{judge.spend_usd:.4f} (budget {judge.budget_usd_per_hour:g}/hour)"]]
+            ["spent USD", f"{judge.spend_usd:.4f} (budget {judge.budget_usd_per_hour:g} USD/hour)"]]
     judge_rows += [[_e(f"outcome {k}"), str(n)] for k, n in sorted(judge.outcomes.items())]
-    parts.append(_table(["", ""], judge_rows))
+    parts.append(_table([], judge_rows))
     parts.append("<h2>Probes</h2>")
     parts.append(_table(
         ["probe", "outcomes"],
