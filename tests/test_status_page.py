@@ -10,8 +10,9 @@ from html.parser import HTMLParser
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from server_helpers import LoopThread, sidecar_thread
 from test_sidecar import PRICE, FakeClock, send_rag_traces, wait_for
 
@@ -244,3 +245,45 @@ def test_the_history_stays_within_its_bound(fed: tuple[Sidecar, FakeClock, LoopT
     history = car.history.of(HOSTILE, "B")
     assert history and all(len(points) == car.history.points for points in history.values())
     assert car.history.kept_points() == car.history.points * len(history)
+
+
+def send_unmeasurable_traces(exporter: HttpExporter) -> None:
+    """One request whose answer its documents do not support, one whose retriever span lists no
+    documents, one whose model call reports no token counts."""
+    provider = TracerProvider(resource=Resource.create({"service.name": "shop", "ragmon.variant": "A"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("app")
+    for documents, usage in ((True, True), (False, True), (True, False)):
+        with tracer.start_as_current_span("rag") as root:
+            root.set_attribute("openinference.span.kind", "CHAIN")
+            root.set_attribute("input.value", "what is the refund window?")
+            root.set_attribute("output.value", "The moon is made of green cheese.")
+            with tracer.start_as_current_span("retrieve") as span:
+                span.set_attribute("openinference.span.kind", "RETRIEVER")
+                if documents:
+                    span.set_attribute("retrieval.documents.0.document.id", "d1")
+                    span.set_attribute("retrieval.documents.0.document.content", "Refunds are accepted within 30 days.")
+            with tracer.start_as_current_span("llm") as span:
+                span.set_attribute("openinference.span.kind", "LLM")
+                span.set_attribute("llm.model_name", "gpt-4o-mini")
+                if usage:
+                    span.set_attribute("llm.token_count.prompt", 100)
+                    span.set_attribute("llm.token_count.completion", 20)
+    provider.shutdown()
+
+
+def test_the_page_names_the_unfaithful_answer_and_says_what_could_not_be_measured(
+    fed: tuple[Sidecar, FakeClock, LoopThread, list[str]],
+) -> None:
+    car, clock, _, _ = fed
+    exporter = _Recording(endpoint=f"http://127.0.0.1:{car.ports.http}/v1/traces", timeout=10)
+    exporter.trace_ids = []
+    send_unmeasurable_traces(exporter)
+    wait_for(lambda: car.assembler.stats().spans_held == 9)
+    clock.now += 3.0
+    wait_for(lambda: car.pipeline.stats().records == 6)
+    page, _ = get_page(car.ports.metrics or 0)
+    assert "<p>1 of 6 requests: no document ids on retriever spans: set scoring.document_id" in page
+    assert "<p>1 of 6 requests: model calls without token counts" in page
+    unfaithful = re.findall(r"<code>([0-9a-f]{32})</code></td><td>shop</td><td>A</td><td><span class='bad'>faithfulness 0\.00 ", page)
+    assert sorted(unfaithful) == sorted([exporter.trace_ids[0], exporter.trace_ids[2]])

@@ -246,8 +246,11 @@ class Coverage:
     def scored(self, record: RagRecord, scores: RecordScores) -> None:
         """Count what ``record`` lacks."""
         self.records += 1
-        if record.has_retrieval and not record.retrieved:
-            self.counts["no document ids on retriever spans: set scoring.document_id"] += 1
+        if "retrieval" in record.stage_seconds and not record.has_retrieval:
+            self.counts[
+                "no document ids on retriever spans: set scoring.document_id (where the ids are) "
+                "or record the retrieved documents; retrieval quality not measured"
+            ] += 1
         if any(c.price_source == "no_usage" for c in scores.calls):
             self.counts["model calls without token counts: cost and tokens not measured (streamed calls: include_usage)"] += 1
 
