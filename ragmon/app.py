@@ -249,6 +249,7 @@ class Sidecar:
             received=dict(self.ingest.spans_received),
             rejected=dict(self.ingest.spans_rejected),
             unmeasured=notes,
+            conventions=dict(self.coverage.conventions),
             judge=status.JudgeView(
                 self.judge.mode, judge.breaker.value if judge else "", judge.cost_usd if judge else 0.0,
                 self.config.judge.max_usd_per_hour, dict(outcomes),

@@ -46,7 +46,7 @@ def test_the_status_page_renders_in_chromium(
         clock.now += 10.0
 
     dom = run_chromium(tmp_path, "--dump-dom", url).stdout
-    for heading in ("Rolling values", "Receivers", "Not measured", "Judge", "Probes", "Worst recent requests"):
+    for heading in ("Rolling values", "Receivers", "Conventions detected", "Not measured", "Judge", "Probes", "Worst recent requests"):
         assert f"<h2>{heading}</h2>" in dom
     assert "&lt;script&gt;alert(1)&lt;/script&gt; / B" in dom  # shown as text, never run
     assert HOSTILE not in dom

@@ -29,7 +29,8 @@ from ragmon.export.status import (
     render,
     sparkline,
 )
-from ragmon.model import RagRecord
+from ragmon.conventions import ConventionOptions, read_trace
+from ragmon.model import AttrValue, RagRecord, Span, Trace
 from ragmon.scoring.records import RecordScores, RetrievalScore
 
 HOSTILE = "<script>alert(1)</script>"
@@ -69,6 +70,7 @@ def hostile_snapshot() -> StatusSnapshot:
         received={HOSTILE: 3, "http": 9},
         rejected={("http", HOSTILE): 2},
         unmeasured=[HOSTILE],
+        conventions={HOSTILE: 1, "genai": 2},
         judge=JudgeView(HOSTILE, HOSTILE, 0.125, 1.0, {HOSTILE: 4}),
         probes={HOSTILE: {HOSTILE: 1}},
         worst=[WorstRequest(1.0, HOSTILE, HOSTILE, HOSTILE, HOSTILE)],
@@ -78,7 +80,7 @@ def hostile_snapshot() -> StatusSnapshot:
 def test_every_shown_string_is_escaped_and_nothing_is_loaded_from_outside() -> None:
     page = render(hostile_snapshot())
     assert "<script" not in page.lower()
-    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 17  # each of the 17 places it was put
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 18  # each of the 18 places it was put
     tags = parse(page)
     assert {t for t, _ in tags.tags} <= {
         "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "table", "tr", "th", "td", "b",
@@ -93,7 +95,10 @@ def test_every_shown_string_is_escaped_and_nothing_is_loaded_from_outside() -> N
 def test_the_page_has_its_sections_refreshes_itself_and_draws_a_sparkline() -> None:
     page = render(hostile_snapshot())
     tags = parse(page)
-    assert tags.h2 == ["Rolling values", "Receivers", "Not measured", "Judge", "Probes", "Worst recent requests"]
+    assert tags.h2 == [
+        "Rolling values", "Receivers", "Conventions detected", "Not measured", "Judge", "Probes", "Worst recent requests",
+    ]
+    assert "<tr><td>OpenTelemetry GenAI</td><td>2</td></tr>" in page
     assert ("meta", {"http-equiv": "refresh", "content": "10"}) in tags.tags
     polylines = [a for t, a in tags.tags if t == "polyline"]
     assert len(polylines) == 1  # only MRR has >= 2 points
@@ -106,6 +111,7 @@ def test_the_page_has_its_sections_refreshes_itself_and_draws_a_sparkline() -> N
 
 def test_an_empty_snapshot_says_so() -> None:
     page = render(StatusSnapshot(rows=[]))
+    assert page.count("None yet.") == 2  # no convention, no bad request
     for text in ("No request scored yet.", "No spans received yet.", "Everything configured is measured.",
                  "No probes configured.", "None yet."):
         assert text in page
@@ -230,6 +236,7 @@ def test_a_real_sidecar_shows_its_values_history_receivers_and_worst_requests(
     ]  # no faithfulness: the documents carry no text for the lexical estimate
     assert page.count("<polyline") == len(rows)  # every value has 3 points of history
     assert "<tr><td>http</td><td>9</td><td>none</td></tr>" in page
+    assert "<tr><td>OpenInference</td><td>3</td></tr>" in page
     # the missed retrieval is the worst request, with its trace id
     missed = re.findall(r"<code>([0-9a-f]{32})</code></td><td>[^<]*</td><td>B</td><td><span class='bad'>missed retrieval", page)
     assert missed == [trace_ids[2]]
@@ -287,3 +294,31 @@ def test_the_page_names_the_unfaithful_answer_and_says_what_could_not_be_measure
     assert "<p>1 of 6 requests: model calls without token counts" in page
     unfaithful = re.findall(r"<code>([0-9a-f]{32})</code></td><td>shop</td><td>A</td><td><span class='bad'>faithfulness 0\.00 ", page)
     assert sorted(unfaithful) == sorted([exporter.trace_ids[0], exporter.trace_ids[2]])
+
+
+def _trace(*children: dict[str, AttrValue]) -> Trace:
+    tid = b"\x01" * 16
+    root = Span(tid, b"\x01" * 8, b"", "root", 0, 10, attributes={"input.value": "q", "output.value": "a"})
+    spans = [root] + [
+        Span(tid, bytes([2 + i]) * 8, b"\x01" * 8, f"child{i}", 1 + i, 5 + i, attributes=attributes)
+        for i, attributes in enumerate(children)
+    ]
+    return Trace(tid, tuple(spans), root)
+
+
+_OI_RETRIEVER: dict[str, AttrValue] = {"openinference.span.kind": "RETRIEVER", "retrieval.documents.0.document.id": "d"}
+
+
+@pytest.mark.parametrize(
+    ("children", "expected"),
+    [
+        ([_OI_RETRIEVER], {"openinference"}),
+        ([{"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": "[]"}], {"genai"}),
+        ([_OI_RETRIEVER, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}], {"openinference", "genai"}),
+        ([_OI_RETRIEVER, {"llm.request.type": "chat", "gen_ai.request.model": "m"}], {"openinference", "openllmetry"}),
+        ([_OI_RETRIEVER, {"gen_ai.request.model": "m"}], {"openinference", "genai"}),
+    ],
+)
+def test_a_record_says_which_conventions_it_was_read_by(children: list[dict[str, AttrValue]], expected: set[str]) -> None:
+    record = read_trace(_trace(*children), ConventionOptions())
+    assert isinstance(record, RagRecord) and record.conventions == expected

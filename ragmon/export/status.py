@@ -24,6 +24,7 @@ from ragmon.model import RagRecord
 from ragmon.scoring.records import RecordScores
 
 __all__ = [
+    "CONVENTION_NAMES",
     "CSP",
     "REFRESH",
     "Coverage",
@@ -43,6 +44,9 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 """The page's Content-Security-Policy: nothing loaded from anywhere, inline style only."""
 MAX_TEXT = 200
 """Characters kept of a string a ``Worst`` entry holds (service, variant, what)."""
+
+CONVENTION_NAMES = {"openinference": "OpenInference", "genai": "OpenTelemetry GenAI", "openllmetry": "OpenLLMetry"}
+"""How the page names each convention."""
 
 Rolling = dict[tuple[str, str], dict[str, float]]
 """(service, variant) -> shown value name -> value."""
@@ -89,6 +93,8 @@ class StatusSnapshot:
     received: Mapping[str, int] = field(default_factory=dict)
     rejected: Mapping[tuple[str, str], int] = field(default_factory=dict)
     unmeasured: Sequence[str] = ()
+    conventions: Mapping[str, int] = field(default_factory=dict)
+    """Convention (``openinference``, ``genai``, ``openllmetry``) -> requests read by it."""
     judge: JudgeView = JudgeView("lexical")
     probes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     worst: Sequence[WorstRequest] = ()
@@ -241,11 +247,13 @@ class Coverage:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.conventions: Counter[str] = Counter()
         self.records = 0
 
     def scored(self, record: RagRecord, scores: RecordScores) -> None:
-        """Count what ``record`` lacks."""
+        """Count the conventions ``record`` was read by and what it lacks."""
         self.records += 1
+        self.conventions.update(record.conventions)
         if "retrieval" in record.stage_seconds and not record.has_retrieval:
             self.counts[
                 "no document ids on retriever spans: set scoring.document_id (where the ids are) "
@@ -329,6 +337,11 @@ def render(snapshot: StatusSnapshot) -> str:
           _e(", ".join(f"{r}: {n}" for (q, r), n in sorted(snapshot.rejected.items()) if q == p) or "none")]
          for p in protocols),
     ) if protocols else "<p>No spans received yet.</p>")
+    parts.append("<h2>Conventions detected</h2>")
+    parts.append(_table(
+        ["convention", "requests"],
+        ([_e(CONVENTION_NAMES.get(name, name)), str(n)] for name, n in sorted(snapshot.conventions.items())),
+    ) if snapshot.conventions else "<p>None yet.</p>")
     parts.append("<h2>Not measured</h2>")
     parts.append("".join(f"<p>{_e(n)}</p>" for n in snapshot.unmeasured) or "<p>Everything configured is measured.</p>")
     judge = snapshot.judge
