@@ -254,7 +254,7 @@ class Sidecar:
                 self.judge.mode, judge.breaker.value if judge else "", judge.cost_usd if judge else 0.0,
                 self.config.judge.max_usd_per_hour, dict(outcomes),
             ),
-            probes={p.name: dict(p.outcomes) for p in self.probes.probers},
+            probes={p.name: (p.last, dict(p.outcomes)) for p in self.probes.probers},
             worst=self.worst.entries(),
         )
 

@@ -72,7 +72,7 @@ def hostile_snapshot() -> StatusSnapshot:
         unmeasured=[HOSTILE],
         conventions={HOSTILE: 1, "genai": 2},
         judge=JudgeView(HOSTILE, HOSTILE, 0.125, 1.0, {HOSTILE: 4}),
-        probes={HOSTILE: {HOSTILE: 1}},
+        probes={HOSTILE: (HOSTILE, {HOSTILE: 1}), "p": ("", {})},
         worst=[WorstRequest(1.0, HOSTILE, HOSTILE, HOSTILE, HOSTILE)],
     )
 
@@ -80,7 +80,7 @@ def hostile_snapshot() -> StatusSnapshot:
 def test_every_shown_string_is_escaped_and_nothing_is_loaded_from_outside() -> None:
     page = render(hostile_snapshot())
     assert "<script" not in page.lower()
-    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 18  # each of the 18 places it was put
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 19  # each of the 19 places it was put
     tags = parse(page)
     assert {t for t, _ in tags.tags} <= {
         "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "table", "tr", "th", "td", "b",
@@ -107,6 +107,7 @@ def test_the_page_has_its_sections_refreshes_itself_and_draws_a_sparkline() -> N
     assert [y for _, y in points] == [23.0, 12.0, 1.0]  # low at the bottom, high at the top
     assert "0.125" in page and "<td>spent USD</td><td>0.1250 (budget 1 USD/hour)</td>" in page
     assert "<th></th>" not in page
+    assert "<tr><td>p</td><td>not run yet</td><td></td></tr>" in page
 
 
 def test_an_empty_snapshot_says_so() -> None:

@@ -96,7 +96,8 @@ class StatusSnapshot:
     conventions: Mapping[str, int] = field(default_factory=dict)
     """Convention (``openinference``, ``genai``, ``openllmetry``) -> requests read by it."""
     judge: JudgeView = JudgeView("lexical")
-    probes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    probes: Mapping[str, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
+    """Probe name -> (its last outcome, outcome counts)."""
     worst: Sequence[WorstRequest] = ()
     series_hidden: int = 0
 
@@ -352,8 +353,9 @@ def render(snapshot: StatusSnapshot) -> str:
     parts.append(_table([], judge_rows))
     parts.append("<h2>Probes</h2>")
     parts.append(_table(
-        ["probe", "outcomes"],
-        ([_e(name), _e(", ".join(f"{k}: {n}" for k, n in sorted(outcomes.items())))] for name, outcomes in sorted(snapshot.probes.items())),
+        ["probe", "last outcome", "outcomes"],
+        ([_e(name), _e(last or "not run yet"), _e(", ".join(f"{k}: {n}" for k, n in sorted(outcomes.items())))]
+         for name, (last, outcomes) in sorted(snapshot.probes.items())),
     ) if snapshot.probes else "<p>No probes configured.</p>")
     parts.append("<h2>Worst recent requests</h2>")
     parts.append(_table(
