@@ -18,6 +18,7 @@ from test_sidecar import PRICE, FakeClock, send_rag_traces, wait_for
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
+from ragmon.conventions import ConventionOptions, read_trace
 from ragmon.export.status import (
     CSP,
     History,
@@ -29,7 +30,6 @@ from ragmon.export.status import (
     render,
     sparkline,
 )
-from ragmon.conventions import ConventionOptions, read_trace
 from ragmon.model import AttrValue, RagRecord, Span, Trace
 from ragmon.scoring.records import RecordScores, RetrievalScore
 
