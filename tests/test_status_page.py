@@ -323,3 +323,34 @@ _OI_RETRIEVER: dict[str, AttrValue] = {"openinference.span.kind": "RETRIEVER", "
 def test_a_record_says_which_conventions_it_was_read_by(children: list[dict[str, AttrValue]], expected: set[str]) -> None:
     record = read_trace(_trace(*children), ConventionOptions())
     assert isinstance(record, RagRecord) and record.conventions == expected
+
+
+def test_pairs_past_the_series_budget_are_counted_not_shown() -> None:
+    views = [SeriesView(f"s{i}", "v", {"MRR label": 0.5}) for i in range(2)]
+    page = render(StatusSnapshot(rows=[], series=views, series_hidden=3))
+    assert page.count("<h3>") == 2
+    assert "<p>3 more service/variant pairs not shown (series budget).</p>" in page
+    assert "not shown" not in render(StatusSnapshot(rows=[], series=views))
+
+
+def test_a_sidecar_shows_and_keeps_no_more_than_its_series_budget() -> None:
+    clock = FakeClock()
+    config = Config(
+        receiver=ReceiverConfig(http="127.0.0.1:0", grpc=""),
+        metrics=MetricsConfig(listen="127.0.0.1:0", max_series=1),
+        pricing={"gpt-4o-mini": PRICE},
+    )
+    with sidecar_thread(config, clock) as (car, _):
+        endpoint = f"http://127.0.0.1:{car.ports.http}/v1/traces"
+        send_rag_traces(HttpExporter(endpoint=endpoint, timeout=10), "first")
+        send_rag_traces(HttpExporter(endpoint=endpoint, timeout=10), "second")
+        wait_for(lambda: car.assembler.stats().spans_held == 18)
+        clock.now += 3.0
+        wait_for(lambda: car.pipeline.stats().records == 6)
+        for _ in range(3):
+            page, _ = get_page(car.ports.metrics or 0)
+            clock.now += 10.0
+    assert page.count("<h3>") == 1
+    assert "<p>1 more service/variant pairs not shown (series budget).</p>" in page
+    assert len(car.history) == 1 and car.history.refused > 0
+    assert car.history.kept_points() == 3

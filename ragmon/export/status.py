@@ -190,6 +190,10 @@ class History:
                 kept.append(value)
         return True
 
+    def __len__(self) -> int:
+        """Series kept."""
+        return len(self._series)
+
     def kept_points(self) -> int:
         """Points held, across series (at most ``max_series * points``)."""
         return sum(len(d) for d in self._series.values())
