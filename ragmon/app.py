@@ -155,8 +155,6 @@ class Sidecar:
         def judge(record: RagRecord, scores: RecordScores, now: float) -> None:
             self.worst.scored(record, scores)
             self.coverage.scored(record, scores)
-            if self.history.due(now):
-                self.history.sample(now, self._rolling)
             probe = scores.probe
             self.judge.observe(record if probe is None else probe.apply(record), now, probe is not None)
 
@@ -177,6 +175,7 @@ class Sidecar:
             StatsCollector(lambda: self_metrics(self.ingest, self.assembler.stats(), self.pipeline.stats()))
         )
         self.registry.register(StatsCollector(self.judge.collect))
+        self.registry.register(status.HistorySampler(self.history, self._rolling, self.clock))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
         self._workers = contextlib.AsyncExitStack()

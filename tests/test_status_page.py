@@ -14,7 +14,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from server_helpers import LoopThread, sidecar_thread
-from test_sidecar import PRICE, FakeClock, send_rag_traces, wait_for
+from test_sidecar import PRICE, FakeClock, scrape, send_rag_traces, wait_for
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
@@ -243,6 +243,20 @@ def test_a_real_sidecar_shows_its_values_history_receivers_and_worst_requests(
     assert missed == [trace_ids[2]]
     assert set(re.findall(r"<code>([0-9a-f]{32})</code>", page)) <= set(trace_ids)
     assert "lexical" in page and "No probes configured." in page
+
+
+def test_scrapes_sample_the_history_and_ingest_does_not(
+    fed: tuple[Sidecar, FakeClock, LoopThread, list[str]],
+) -> None:
+    car, clock, _, _ = fed
+    assert len(car.history) == 0  # three requests scored, nothing sampled
+    scrape(car.ports.metrics or 0)
+    scrape(car.ports.metrics or 0)  # not due yet
+    clock.now += 10.0
+    scrape(car.ports.metrics or 0)
+    history = car.history.of(HOSTILE, "B")
+    assert history["MRR label"] == [0.5, 0.5]
+    assert car.history.kept_points() == 2 * len(history) == 2 * 6
 
 
 def test_the_history_stays_within_its_bound(fed: tuple[Sidecar, FakeClock, LoopThread, list[str]]) -> None:

@@ -3,7 +3,9 @@
 ``render`` is pure: a ``StatusSnapshot`` in, HTML out, every shown string escaped, no external
 asset (sparklines are inline ``<svg>`` polylines), refreshing itself every ``REFRESH`` seconds.
 ``History`` keeps a bounded time series of the rolling values (one point per series per
-``interval`` seconds, the last ``points`` points, at most ``max_series`` series); ``Worst``
+``interval`` seconds, the last ``points`` points, at most ``max_series`` series), sampled when
+the page is built or ``/metrics`` scraped (``HistorySampler``), never on the ingest path: a
+sample reads the exporter's window stores, ~15 ms per 1000 series per store); ``Worst``
 keeps the recent worst requests (missed retrievals, lowest faithfulness) in a bounded heap;
 ``Coverage`` counts what could not be measured. All three are fed on the event loop and read
 when the page is built.
@@ -15,8 +17,11 @@ import heapq
 import html
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from ragmon import catalogue as cat
 from ragmon.metrics.windows import WindowStore
@@ -29,6 +34,7 @@ __all__ = [
     "REFRESH",
     "Coverage",
     "History",
+    "HistorySampler",
     "JudgeView",
     "SeriesView",
     "StatusSnapshot",
@@ -201,6 +207,25 @@ class History:
     def of(self, service: str, variant: str) -> dict[str, list[float]]:
         """The history of one service and variant, by value name."""
         return {k[2]: list(d) for k, d in self._series.items() if k[0] == service and k[1] == variant}
+
+
+class HistorySampler(Collector):
+    """Samples ``history`` when a scrape collects the registry (a point per scrape at most every
+    ``history.interval`` seconds), so that the history grows with Prometheus' scrapes, off the
+    ingest path; exports nothing."""
+
+    def __init__(self, history: History, read: Callable[[], Rolling], clock: Callable[[], float]) -> None:
+        self._history = history
+        self._read = read
+        self._clock = clock
+
+    def describe(self) -> list[Metric]:
+        """No family (so that registering does not sample)."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        self._history.sample(self._clock(), self._read)
+        return iter(())
 
 
 def _cut(text: str) -> str:
