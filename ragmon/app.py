@@ -234,8 +234,8 @@ class Sidecar:
 
     def status_snapshot(self, rows: list[tuple[str, str]], notes: list[str]) -> status.StatusSnapshot:
         """What the status page shows now (rolling values read from the exporter's windows)."""
-        self.history.sample(self.clock(), self._rolling)
         rolling = self._rolling()
+        self.history.sample(self.clock(), lambda: rolling)
         shown = sorted(rolling)[: self.config.metrics.max_series]
         judge = self.judge.judge.stats() if self.judge.judge is not None else None
         outcomes: Counter[str] = Counter()
