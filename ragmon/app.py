@@ -17,6 +17,7 @@ import os
 import resource
 import signal
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from prometheus_client import CollectorRegistry
 from ragmon import __version__
 from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, read_trace, span_selection
-from ragmon.export import server
+from ragmon.export import server, status
 from ragmon.export.exporter import RagMetrics, StatsCollector
 from ragmon.groundtruth.feedback import Feedback, FeedbackStore
 from ragmon.groundtruth.prober import Probes
@@ -151,9 +152,15 @@ class Sidecar:
             FeedbackStore(cfg.feedback.retention, cfg.feedback.max_traces, max(cfg.scoring.k)), self.metrics,
             tuple(cfg.scoring.k), self.clock,
         )
+        self.history = status.History(max_series=cfg.metrics.max_series)
+        self.worst = status.Worst()
+        self.coverage = status.Coverage()
+        self.metrics.on_judged = self.worst.judged
 
         def judge(record: RagRecord, scores: RecordScores, now: float) -> None:
             self.feedback.keep(record.trace_id, final_ranking(record), record.service, record.variant, now)
+            self.worst.scored(record, scores)
+            self.coverage.scored(record, scores)
             probe = scores.probe
             self.judge.observe(record if probe is None else probe.apply(record), now, probe is not None)
 
@@ -175,6 +182,7 @@ class Sidecar:
         self.registry.register(StatsCollector(lambda: self.assembler.stats().collect()))
         self.registry.register(StatsCollector(lambda: self.pipeline.stats().collect()))
         self.registry.register(StatsCollector(self.judge.collect))
+        self.registry.register(status.HistorySampler(self.history, self._rolling, self.clock))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
         self.registry.register(StatsCollector(self.feedback.collect))
@@ -226,7 +234,36 @@ class Sidecar:
         notes.extend(self.judge.notes())
         if stats.records and stats.unlabelled == stats.records:
             notes.append("No request carried relevance labels: retrieval quality needs ragmon.relevant_document_ids, a golden set, probes or feedback.")
-        return server.status_html(rows, notes)
+        return status.render(self.status_snapshot(rows, [*notes, *self.coverage.notes()]))
+
+    def _rolling(self) -> status.Rolling:
+        self.metrics.flush()
+        return status.read_rolling(self.metrics.gauges, self.metrics.latency, self.clock())
+
+    def status_snapshot(self, rows: list[tuple[str, str]], notes: list[str]) -> status.StatusSnapshot:
+        """What the status page shows now (rolling values read from the exporter's windows)."""
+        rolling = self._rolling()
+        self.history.sample(self.clock(), lambda: rolling)
+        shown = sorted(rolling)[: self.config.metrics.max_series]
+        judge = self.judge.judge.stats() if self.judge.judge is not None else None
+        outcomes: Counter[str] = Counter()
+        for (_, outcome), n in (judge.counts.items() if judge else ()):
+            outcomes[outcome] += n
+        return status.StatusSnapshot(
+            rows=rows,
+            series=[status.SeriesView(s, v, rolling[s, v], self.history.of(s, v)) for s, v in shown],
+            series_hidden=len(rolling) - len(shown),
+            received=dict(self.ingest.spans_received),
+            rejected=dict(self.ingest.spans_rejected),
+            unmeasured=notes,
+            conventions=dict(self.coverage.conventions),
+            judge=status.JudgeView(
+                self.judge.mode, judge.breaker.value if judge else "", judge.cost_usd if judge else 0.0,
+                self.config.judge.max_usd_per_hour, dict(outcomes),
+            ),
+            probes={p.name: (p.last, dict(p.outcomes)) for p in self.probes.probers},
+            worst=self.worst.entries(),
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 

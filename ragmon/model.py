@@ -254,6 +254,9 @@ class RagRecord:
     content_recorded: bool = True
     root_span_id: bytes = b""
     """The local root span's id (judge results sent onward are parented to it)."""
+    conventions: frozenset[str] = frozenset()
+    """The conventions its retriever, reranker and model-call spans were read by
+    (``openinference``, ``genai``, ``openllmetry``): for the status page."""
 
     @property
     def duration_seconds(self) -> float:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -214,8 +215,15 @@ def test_probes_are_joined_scored_judged_and_counted(tmp_path: Path) -> None:
             clock.now += 3.0  # past the grace
             wait_for(lambda: car.pipeline.stats().records == 9)
             v = samples(scrape(car.ports.metrics))
+            with urllib.request.urlopen(f"http://127.0.0.1:{car.ports.metrics}/", timeout=10) as response:
+                page = response.read().decode()
             clock.now += car.probes.registry.retention  # the unanswered probe traces go missing
             after = samples(scrape(car.ports.metrics))
+
+    # the status page shows each probe's last outcome
+    for name, last in (("ask", "ok"), ("bare", "ok"), ("plain", "ok"), ("fail", "http_error"), ("slow", "timeout"),
+                       ("down", "error")):
+        assert f"<tr><td>{name}</td><td>{last}</td>" in page
 
     # the app received the golden queries, JSON-escaped inside the template, with our headers
     assert sorted(b["question"] for b in app.bodies["/ask"]) == sorted(q for q, _, _ in QUERIES)

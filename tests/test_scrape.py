@@ -18,11 +18,11 @@ from collections.abc import Iterator
 import pytest
 from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
+from opentelemetry.trace import Tracer
 from otel_helpers import record_spans, to_protobuf
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from opentelemetry.trace import Tracer
 from server_helpers import call_soon, post, scrape, scrape_async, sidecar_thread
 from test_metrics_bounds import _observe_all
 from test_sidecar import FakeClock
@@ -30,7 +30,8 @@ from test_sidecar import FakeClock
 from ragmon.app import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 from ragmon.export.exporter import RagMetrics
-from ragmon.export.server import gzip_accepted, metrics_app, status_html
+from ragmon.export.server import gzip_accepted, metrics_app
+from ragmon.export.status import StatusSnapshot, render
 
 TOKEN = "s3cret-token"
 
@@ -126,12 +127,9 @@ def test_readyz_answers_503_not_running_until_ready() -> None:
 def test_the_status_page_is_html_with_its_rows_and_notes_escaped() -> None:
     rows = [("queue", "3 <spans>"), ("a&b", "ok")]
     notes = ["no judge: set <endpoint>", "second note"]
-    page = status_html(rows, notes)
-    assert page == (
-        "<!doctype html><title>ragmon</title><h1>ragmon</h1><table>"
-        "<tr><th>queue</th><td>3 &lt;spans&gt;</td></tr><tr><th>a&amp;b</th><td>ok</td></tr></table>"
-        "<p>no judge: set &lt;endpoint&gt;</p><p>second note</p><p><a href='/metrics'>/metrics</a></p>\n"
-    )
+    page = render(StatusSnapshot(rows, unmeasured=notes))
+    assert "<tr><td><b>queue</b></td><td>3 &lt;spans&gt;</td></tr><tr><td><b>a&amp;b</b></td><td>ok</td></tr>" in page
+    assert "<p>no judge: set &lt;endpoint&gt;</p><p>second note</p>" in page
     app = metrics_app(CollectorRegistry(), token="", status_page=lambda: page, ready=lambda: True)
     assert _app_get(app, "/") == (200, "text/html; charset=utf-8", page)
 

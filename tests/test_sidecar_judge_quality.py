@@ -64,6 +64,11 @@ def test_coherence_and_toxicity_reach_metrics_exactly() -> None:
             finish(car, clock, 3)
             wait_for(lambda: judge_count(car, "toxicity", "ok") == 3)
             v = samples(scrape(car.ports.metrics))
+            with urllib.request.urlopen(f"http://127.0.0.1:{car.ports.metrics}/", timeout=10) as response:
+                page = response.read().decode()
+    # the status page: the judge's mode, breaker and outcomes (5 evaluators x 3 traces)
+    assert "<tr><td>mode</td><td>llm</td></tr><tr><td>breaker</td><td>closed</td></tr>" in page
+    assert "<tr><td>outcome ok</td><td>15</td></tr>" in page
     assert value(v, "ragmon_coherence_sum", **GEN) == pytest.approx(2.25, abs=1e-12)  # 1 + 0.75 + 0.5
     assert value(v, "ragmon_coherence_count", **GEN) == 3
     assert value(v, "ragmon_coherence_bucket", **GEN, le="0.5") == 1

@@ -325,6 +325,23 @@ def _first(attributes: Attributes, keys: tuple[str, ...]) -> str | None:
 _NO_USAGE = Usage()
 
 
+def _conventions(nodes: list[_Node]) -> frozenset[str]:
+    """The conventions ``nodes`` were read by, in ``_kind``'s order of precedence."""
+    found = set()
+    for node in nodes:
+        span = node.span
+        a = span.attributes
+        if isinstance(a.get(openinference.KIND), str):
+            found.add("openinference")
+        elif isinstance(a.get(genai.OPERATION), str):
+            found.add("genai")
+        elif isinstance(a.get(openllmetry.REQUEST_TYPE), str) or (span.events and openllmetry.has_documents(span)):
+            found.add("openllmetry")
+        else:
+            found.add("genai")
+    return frozenset(found)
+
+
 def _llm_call(node: _Node) -> LlmCall:
     a = node.span.attributes
     model, provider = _first(a, _MODEL_KEYS), _first(a, _PROVIDER_KEYS)
@@ -580,6 +597,7 @@ def read_trace(trace: Trace, options: ConventionOptions) -> RagRecord | ModelCal
         or any(genai.RETRIEVAL_DOCUMENTS in n.span.attributes for n in retrievers)
         or any(openinference.reports_no_documents(n.span) for n in retrievers),
         content_recorded=query is not None or answer is not None,
+        conventions=_conventions(walk.nodes),
         root_span_id=root.span_id if root is not None else b"",
     )
 

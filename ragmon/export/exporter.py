@@ -322,6 +322,8 @@ class RagMetrics:
         self.max_series = max_series
         self.limit = LabelLimiter(max_label_values, max_label_chars)
         self._wall = wall
+        self.on_judged: Callable[[RagRecord, str, str, Mapping[str, float]], None] | None = None
+        """Called with each judgement ``observe_judged`` folds in (the status page's worst requests)."""
         self._services: dict[tuple[str, str], _ServiceSeries] = {}
         self._retrieval: dict[tuple[str, str, str], _RetrievalSeries] = {}
         self._models: dict[tuple[str, str], _ModelSeries] = {}
@@ -517,6 +519,8 @@ class RagMetrics:
         ``toxic`` (toxicity category -> whether the answer is toxic in it): one count in
         ``ragmon_toxic_answers_total`` per toxic category, every category's series made at 0."""
         self._buffer_one(now)
+        if self.on_judged is not None:
+            self.on_judged(record, source, judge, scores)
         service = self.limit("service", record.service or "unknown")
         variant = self.limit("variant", record.variant or "default")
         trace_id = record.trace_id.hex()

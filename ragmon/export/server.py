@@ -1,4 +1,5 @@
-"""The metrics server's HTTP side: ``/metrics``, ``/healthz``, ``/readyz``, the status page ``/``.
+"""The metrics server's HTTP side: ``/metrics``, ``/healthz``, ``/readyz``, the status page ``/``
+(rendered by ``ragmon.export.status``).
 
 ``/metrics`` is prometheus_client's aiohttp handler (``make_aiohttp_handler``): it negotiates
 the format (Prometheus text, or OpenMetrics with exemplars) and applies the ``name[]`` filter.
@@ -15,8 +16,7 @@ executor when large) when ``Accept-Encoding`` accepts gzip with a q-value above 
 from __future__ import annotations
 
 import asyncio
-import html
-from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -25,6 +25,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from ragmon.export.status import CSP
 from ragmon.receivers.auth import bearer_token_matches
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "metrics_app",
     "metrics_handler",
     "snapshot_registry",
-    "status_html",
 ]
 
 GUARDED_PATHS = frozenset({"/metrics", "/"})
@@ -143,19 +143,12 @@ def bearer_guard(token: str, paths: Collection[str] = GUARDED_PATHS) -> Middlewa
     return guard
 
 
-def status_html(rows: Sequence[tuple[str, str]], notes: Sequence[str]) -> str:
-    """The status page: a table of ``rows`` (name, value), then ``notes``, escaped."""
-    body = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
-    note = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
-    return f"<!doctype html><title>ragmon</title><h1>ragmon</h1><table>{body}</table>{note}<p><a href='/metrics'>/metrics</a></p>\n"
-
-
 def metrics_app(
     registry: Collector, *, token: str, status_page: Callable[[], str], ready: Callable[[], bool],
 ) -> web.Application:
     """The aiohttp app serving ``/metrics`` (``metrics_handler``), ``/healthz``, ``/readyz``
-    (``ready()``, else 503) and the status page ``/`` (``status_page()``), behind
-    ``bearer_guard(token)``."""
+    (``ready()``, else 503) and the status page ``/`` (``status_page()``, with a
+    Content-Security-Policy that forbids loading anything), behind ``bearer_guard(token)``."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -166,7 +159,10 @@ def metrics_app(
         return web.Response(text="ready\n")
 
     async def status(_: web.Request) -> web.Response:
-        return web.Response(text=status_page(), content_type="text/html")
+        return web.Response(
+            text=status_page(), content_type="text/html",
+            headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+        )
 
     app = web.Application(middlewares=[bearer_guard(token)])
     app.router.add_get("/metrics", metrics_handler(registry))

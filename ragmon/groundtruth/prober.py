@@ -174,6 +174,8 @@ class Prober:
         self.name = probe_name(config)
         self.queries = tuple(queries)
         self.outcomes: Counter[str] = Counter(dict.fromkeys(OUTCOMES, 0))
+        self.last = ""
+        """The last probe's outcome ("" before the first): for the status page."""
         self._config = config
         self._method = config.method.upper()
         self.interval = config.interval
@@ -230,17 +232,22 @@ class Prober:
                 content = await _read_capped(response, MAX_RESPONSE_BYTES)
                 ok = 200 <= response.status < 300
         except TimeoutError:
-            self.outcomes["timeout"] += 1
+            self._outcome("timeout")
             return
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            self.outcomes["error"] += 1
+            self._outcome("error")
             self._registry.discard(trace_id)
             log.info("probe %s: %s", self.name, exc)
             return
         self._durations.add(self._series, [self._clock() - started], None, 0.0)
-        self.outcomes["ok" if ok else "http_error"] += 1
+        self._outcome("ok" if ok else "http_error")
         if ok and (self._ids is not None or self._answer is not None):
             self._read_response(trace_id, content)
+
+    def _outcome(self, outcome: str) -> None:
+        """Count one probe request's ``outcome``; it is now the last one."""
+        self.outcomes[outcome] += 1
+        self.last = outcome
 
     def _read_response(self, trace_id: bytes, content: bytes | None) -> None:
         """Put the response's ranking and answer in the registry; the trace's are used when it

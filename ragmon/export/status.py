@@ -1,0 +1,396 @@
+"""The status page ``/``: a typed snapshot rendered to one self-contained HTML page.
+
+``render`` is pure: a ``StatusSnapshot`` in, HTML out, every shown string escaped, no external
+asset (sparklines are inline ``<svg>`` polylines), refreshing itself every ``REFRESH`` seconds.
+``History`` keeps a bounded time series of the rolling values (one point per series per
+``interval`` seconds, the last ``points`` points, at most ``max_series`` series), sampled when
+the page is built or ``/metrics`` scraped (``HistorySampler``), never on the ingest path: a
+sample reads the exporter's window stores, ~15 ms per 1000 series per store); ``Worst``
+keeps the recent worst requests (missed retrievals, lowest faithfulness) in a bounded heap;
+``Coverage`` counts what could not be measured. All three are fed on the event loop and read
+when the page is built.
+"""
+
+from __future__ import annotations
+
+import heapq
+import html
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from ragmon import catalogue as cat
+from ragmon.metrics.windows import WindowStore
+from ragmon.model import RagRecord
+from ragmon.scoring.records import RecordScores
+
+__all__ = [
+    "CONVENTION_NAMES",
+    "CSP",
+    "REFRESH",
+    "Coverage",
+    "History",
+    "HistorySampler",
+    "JudgeView",
+    "SeriesView",
+    "StatusSnapshot",
+    "Worst",
+    "WorstRequest",
+    "read_rolling",
+    "render",
+]
+
+REFRESH = 10
+"""Seconds between the page's own reloads."""
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+"""The page's Content-Security-Policy: nothing loaded from anywhere, inline style only."""
+MAX_TEXT = 200
+"""Characters kept of a string a ``Worst`` entry holds (service, variant, what)."""
+
+CONVENTION_NAMES = {"openinference": "OpenInference", "genai": "OpenTelemetry GenAI", "openllmetry": "OpenLLMetry"}
+"""How the page names each convention."""
+
+Rolling = dict[tuple[str, str], dict[str, float]]
+"""(service, variant) -> shown value name -> value."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesView:
+    """One service and variant: its rolling values and their recent history."""
+
+    service: str
+    variant: str
+    values: Mapping[str, float]
+    history: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeView:
+    """The judge's mode, breaker state, spend and outcome counts."""
+
+    mode: str
+    breaker: str = ""
+    spend_usd: float = 0.0
+    budget_usd_per_hour: float = 0.0
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class WorstRequest:
+    """One bad request: ``badness`` orders them (higher is worse)."""
+
+    badness: float
+    trace_id: str
+    service: str
+    variant: str
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSnapshot:
+    """Everything the page shows, gathered on request."""
+
+    rows: Sequence[tuple[str, str]]
+    series: Sequence[SeriesView] = ()
+    received: Mapping[str, int] = field(default_factory=dict)
+    rejected: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    unmeasured: Sequence[str] = ()
+    conventions: Mapping[str, int] = field(default_factory=dict)
+    """Convention (``openinference``, ``genai``, ``openllmetry``) -> requests read by it."""
+    judge: JudgeView = JudgeView("lexical")
+    probes: Mapping[str, tuple[str, Mapping[str, int]]] = field(default_factory=dict)
+    """Probe name -> (its last outcome, outcome counts)."""
+    worst: Sequence[WorstRequest] = ()
+    series_hidden: int = 0
+
+
+# -- reading the rolling values ---------------------------------------------------------------
+
+_MEANS: tuple[tuple[str, str], ...] = (
+    (cat.RETRIEVAL_HIT_RATE.name, "hit rate"),
+    (cat.RETRIEVAL_MRR.name, "MRR"),
+    (cat.SCORE_MEANS["faithfulness"].name, "faithfulness"),
+    (cat.COST_USD_PER_REQUEST.name, "cost/request USD"),
+    (cat.ERROR_RATIO.name, "error ratio"),
+)
+
+
+def read_rolling(
+    gauges: Mapping[str, WindowStore[tuple[str, str, str, str, str]]],
+    latency: WindowStore[tuple[str, str, str]],
+    now: float,
+) -> Rolling:
+    """The shortest window's rolling values per (service, variant): hit rate at the largest k
+    and MRR per source, faithfulness per judge, cost per request, error ratio, latency p50/p95
+    of the whole request."""
+    out: Rolling = {}
+    for gauge, label in _MEANS:
+        store = gauges.get(gauge)
+        if store is None:
+            continue
+        readings = [r for r in store.read(now) if r.mean is not None]
+        if not readings:
+            continue
+        shortest = min(r.window for r in readings)
+        top_k = max((int(r.key[4]) for r in readings if r.key[4].isdigit()), default=0)
+        for r in readings:
+            _, service, variant, source, detail = r.key
+            if r.window != shortest or (gauge == cat.RETRIEVAL_HIT_RATE.name and detail != str(top_k)):
+                continue
+            name = label
+            if gauge == cat.RETRIEVAL_HIT_RATE.name:
+                name = f"hit rate@{detail} {source}"
+            elif gauge == cat.RETRIEVAL_MRR.name:
+                name = f"MRR {source}"
+            elif detail:
+                name = f"{label} {detail}"
+            assert r.mean is not None
+            out.setdefault((service, variant), {})[name] = r.mean
+    totals = [r for r in latency.read(now) if r.samples and r.key[2] == "total"]
+    shortest_latency = min((r.window for r in totals), default=0.0)
+    for t in totals:
+        if t.window == shortest_latency:
+            for q, value in t.quantiles.items():
+                if value is not None and q in (0.5, 0.95):
+                    out.setdefault((t.key[0], t.key[1]), {})[f"latency p{q * 100:g} s"] = value
+    return out
+
+
+class History:
+    """The recent rolling values: one point per series per ``interval`` seconds, the last
+    ``points`` points of at most ``max_series`` series (a series is one value name of one
+    service and variant); later series are not kept (``refused`` counts them)."""
+
+    def __init__(self, *, interval: float = 10.0, points: int = 60, max_series: int = 1000) -> None:
+        if not interval > 0 or points < 2 or max_series < 1:
+            raise ValueError("a history needs interval > 0, points >= 2 and max_series >= 1")
+        self.interval = interval
+        self.points = points
+        self.max_series = max_series
+        self.refused = 0
+        self._last = -math.inf
+        self._series: dict[tuple[str, str, str], deque[float]] = {}
+
+    def due(self, now: float) -> bool:
+        """Whether a point is due at ``now``."""
+        return now - self._last >= self.interval
+
+    def sample(self, now: float, read: Callable[[], Rolling]) -> bool:
+        """Add one point per series from ``read()`` when one is due; whether it did."""
+        if not self.due(now):
+            return False
+        self._last = now
+        for (service, variant), values in read().items():
+            for name, value in values.items():
+                key = (service, variant, name)
+                kept = self._series.get(key)
+                if kept is None:
+                    if len(self._series) >= self.max_series:
+                        self.refused += 1
+                        continue
+                    kept = self._series[key] = deque(maxlen=self.points)
+                kept.append(value)
+        return True
+
+    def __len__(self) -> int:
+        """Series kept."""
+        return len(self._series)
+
+    def kept_points(self) -> int:
+        """Points held, across series (at most ``max_series * points``)."""
+        return sum(len(d) for d in self._series.values())
+
+    def of(self, service: str, variant: str) -> dict[str, list[float]]:
+        """The history of one service and variant, by value name."""
+        return {k[2]: list(d) for k, d in self._series.items() if k[0] == service and k[1] == variant}
+
+
+class HistorySampler(Collector):
+    """Samples ``history`` when a scrape collects the registry (a point per scrape at most every
+    ``history.interval`` seconds), so that the history grows with Prometheus' scrapes, off the
+    ingest path; exports nothing."""
+
+    def __init__(self, history: History, read: Callable[[], Rolling], clock: Callable[[], float]) -> None:
+        self._history = history
+        self._read = read
+        self._clock = clock
+
+    def describe(self) -> list[Metric]:
+        """No family (so that registering does not sample)."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        self._history.sample(self._clock(), self._read)
+        return iter(())
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
+
+
+class Worst:
+    """The ``size`` worst recent requests: missed retrievals (no relevant document in the top
+    k) and the lowest faithfulness. A min-heap on badness: a new entry pushes out the least
+    bad one once full."""
+
+    def __init__(self, size: int = 20) -> None:
+        if size < 1:
+            raise ValueError("Worst needs size >= 1")
+        self.size = size
+        self._heap: list[WorstRequest] = []
+
+    def add(self, entry: WorstRequest) -> None:
+        """Keep ``entry`` if it is among the ``size`` worst."""
+        entry = WorstRequest(entry.badness, _cut(entry.trace_id), _cut(entry.service), _cut(entry.variant), _cut(entry.what))
+        if len(self._heap) < self.size:
+            heapq.heappush(self._heap, entry)
+        elif entry > self._heap[0]:
+            heapq.heapreplace(self._heap, entry)
+
+    def scored(self, record: RagRecord, scores: RecordScores) -> None:
+        """A scored request: a missed retrieval (no hit at the largest k) is kept."""
+        for score in scores.retrieval:
+            if score.hit:
+                k = max(score.hit)
+                if score.hit[k] == 0:
+                    what = f"missed retrieval: no relevant document in the top {k} ({score.source})"
+                    self.add(WorstRequest(1.0, record.trace_id.hex(), record.service, record.variant, what))
+
+    def judged(self, record: RagRecord, source: str, judge: str, scores: Mapping[str, float]) -> None:
+        """A judged request: its faithfulness below 1 is kept (the lower, the worse)."""
+        value = scores.get("faithfulness")
+        if value is not None and math.isfinite(value) and value < 1:
+            what = f"faithfulness {value:.2f} ({source}, {judge})"
+            self.add(WorstRequest(1.0 - value, record.trace_id.hex(), record.service, record.variant, what))
+
+    def entries(self) -> list[WorstRequest]:
+        """The kept requests, worst first."""
+        return sorted(self._heap, reverse=True)
+
+
+class Coverage:
+    """Counts of requests for which something could not be measured, with why."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.conventions: Counter[str] = Counter()
+        self.records = 0
+
+    def scored(self, record: RagRecord, scores: RecordScores) -> None:
+        """Count the conventions ``record`` was read by and what it lacks."""
+        self.records += 1
+        self.conventions.update(record.conventions)
+        if "retrieval" in record.stage_seconds and not record.has_retrieval:
+            self.counts[
+                "no document ids on retriever spans: set scoring.document_id (where the ids are) "
+                "or record the retrieved documents; retrieval quality not measured"
+            ] += 1
+        if any(c.price_source == "no_usage" for c in scores.calls):
+            self.counts["model calls without token counts: cost and tokens not measured (streamed calls: include_usage)"] += 1
+
+    def notes(self) -> list[str]:
+        """One line per reason, with its count."""
+        return [f"{n} of {self.records} requests: {why}" for why, n in sorted(self.counts.items())]
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+_STYLE = (
+    "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;background:#fafafa}"
+    "h1{color:#1a4d8f}h2{border-bottom:2px solid #1a4d8f;color:#1a4d8f}"
+    "table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+    "th{background:#e4ecf7}.num{text-align:right;font-family:monospace}.bad{color:#b00020}"
+    "svg{vertical-align:middle;background:#fff}code{background:#eee;padding:0 3px}"
+)
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _num(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else _e(value)
+
+
+def sparkline(points: Sequence[float], width: int = 120, height: int = 24) -> str:
+    """An inline SVG polyline of ``points`` (empty when fewer than 2 finite points)."""
+    ys = [p for p in points if math.isfinite(p)]
+    if len(ys) < 2:
+        return ""
+    low, high = min(ys), max(ys)
+    span = high - low or 1.0
+    step = (width - 2) / (len(ys) - 1)
+    coords = " ".join(f"{1 + i * step:.1f},{height - 1 - (y - low) / span * (height - 2):.1f}" for i, y in enumerate(ys))
+    return (
+        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+        f'<polyline fill="none" stroke="#1a4d8f" stroke-width="1.5" points="{coords}"/></svg>'
+    )
+
+
+def _table(head: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+    """A table of already-escaped cells (no header row when ``head`` is empty)."""
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table>{f'<tr>{th}</tr>' if th else ''}{body}</table>"
+
+
+def render(snapshot: StatusSnapshot) -> str:
+    """The whole page for ``snapshot``."""
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<meta http-equiv='refresh' content='{REFRESH}'><title>ragmon status</title>",
+        f"<style>{_STYLE}</style></head><body><h1>ragmon</h1>",
+        _table([], ([f"<b>{_e(k)}</b>", _e(v)] for k, v in snapshot.rows)),
+        "<h2>Rolling values</h2>",
+    ]
+    if snapshot.series:
+        for view in snapshot.series:
+            parts.append(f"<h3>{_e(view.service)} / {_e(view.variant)}</h3>")
+            rows = (
+                [_e(name), f"<span class='num'>{_num(value)}</span>", sparkline(view.history.get(name, ()))]
+                for name, value in sorted(view.values.items())
+            )
+            parts.append(_table(["value", "now", "recent"], rows))
+        if snapshot.series_hidden:
+            parts.append(f"<p>{snapshot.series_hidden} more service/variant pairs not shown (series budget).</p>")
+    else:
+        parts.append("<p>No request scored yet.</p>")
+    parts.append("<h2>Receivers</h2>")
+    protocols = sorted(set(snapshot.received) | {p for p, _ in snapshot.rejected})
+    parts.append(_table(
+        ["protocol", "spans received", "spans rejected (reason: count)"],
+        ([_e(p), str(snapshot.received.get(p, 0)),
+          _e(", ".join(f"{r}: {n}" for (q, r), n in sorted(snapshot.rejected.items()) if q == p) or "none")]
+         for p in protocols),
+    ) if protocols else "<p>No spans received yet.</p>")
+    parts.append("<h2>Conventions detected</h2>")
+    parts.append(_table(
+        ["convention", "requests"],
+        ([_e(CONVENTION_NAMES.get(name, name)), str(n)] for name, n in sorted(snapshot.conventions.items())),
+    ) if snapshot.conventions else "<p>None yet.</p>")
+    parts.append("<h2>Not measured</h2>")
+    parts.append("".join(f"<p>{_e(n)}</p>" for n in snapshot.unmeasured) or "<p>Everything configured is measured.</p>")
+    judge = snapshot.judge
+    parts.append("<h2>Judge</h2>")
+    judge_rows = [["mode", _e(judge.mode)], ["breaker", _e(judge.breaker or "n/a")],
+            ["spent USD", f"{judge.spend_usd:.4f} (budget {judge.budget_usd_per_hour:g} USD/hour)"]]
+    judge_rows += [[_e(f"outcome {k}"), str(n)] for k, n in sorted(judge.outcomes.items())]
+    parts.append(_table([], judge_rows))
+    parts.append("<h2>Probes</h2>")
+    parts.append(_table(
+        ["probe", "last outcome", "outcomes"],
+        ([_e(name), _e(last or "not run yet"), _e(", ".join(f"{k}: {n}" for k, n in sorted(outcomes.items())))]
+         for name, (last, outcomes) in sorted(snapshot.probes.items())),
+    ) if snapshot.probes else "<p>No probes configured.</p>")
+    parts.append("<h2>Worst recent requests</h2>")
+    parts.append(_table(
+        ["trace id", "service", "variant", "what"],
+        ([f"<code>{_e(w.trace_id)}</code>", _e(w.service), _e(w.variant), f"<span class='bad'>{_e(w.what)}</span>"]
+         for w in snapshot.worst),
+    ) if snapshot.worst else "<p>None yet.</p>")
+    parts.append("<p><a href='/metrics'>/metrics</a></p></body></html>\n")
+    return "".join(parts)
