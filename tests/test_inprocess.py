@@ -32,7 +32,7 @@ from otel_helpers import record_spans, to_protobuf
 from prometheus_client import CollectorRegistry, generate_latest
 from server_helpers import sidecar_thread
 from strategies import SETTINGS
-from test_sidecar import PRICE, TRACES, FakeClock, samples, scrape, value, wait_for
+from test_sidecar import PRICE, TRACES, FakeClock, make_rag_traces, samples, scrape, value, wait_for
 from test_sidecar_judge import exporter, finish, judged, running, send_traces
 
 from ragmon.app import Sidecar
@@ -52,23 +52,7 @@ def send(*processors: SpanProcessor, traces: list[tuple[list[str], list[str]]] =
     provider = TracerProvider(resource=Resource.create({"service.name": "rag-api", "ragmon.variant": "B"}))
     for processor in processors:
         provider.add_span_processor(processor)
-    tracer = provider.get_tracer("app")
-    for ranking, relevant in traces:
-        with tracer.start_as_current_span("rag") as root:
-            root.set_attribute("openinference.span.kind", "CHAIN")
-            root.set_attribute("input.value", "what is the refund window?")
-            root.set_attribute("output.value", "30 days.")
-            with tracer.start_as_current_span("retrieve") as span:
-                span.set_attribute("openinference.span.kind", "RETRIEVER")
-                for i, doc in enumerate(ranking):
-                    span.set_attribute(f"retrieval.documents.{i}.document.id", doc)
-                span.set_attribute("ragmon.relevant_document_ids", relevant)
-            with tracer.start_as_current_span("llm") as span:
-                span.set_attribute("openinference.span.kind", "LLM")
-                span.set_attribute("llm.model_name", "gpt-4o-mini")
-                span.set_attribute("llm.provider", "openai")
-                span.set_attribute("llm.token_count.prompt", 100)
-                span.set_attribute("llm.token_count.completion", 20)
+    make_rag_traces(provider.get_tracer("app"), traces)
     if flush:
         provider.force_flush()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
@@ -12,6 +12,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.trace import Tracer
 from prometheus_client.parser import text_string_to_metric_families
 from server_helpers import LoopThread, sidecar_thread
 
@@ -66,8 +67,13 @@ def value(values: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str
 def send_rag_traces(exporter: SpanExporter, service: str) -> None:
     provider = TracerProvider(resource=Resource.create({"service.name": service, "ragmon.variant": "B"}))
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("app")
-    for ranking, relevant in TRACES:
+    make_rag_traces(provider.get_tracer("app"))
+    provider.shutdown()
+
+
+def make_rag_traces(tracer: Tracer, traces: Sequence[tuple[list[str], list[str]]] = TRACES) -> None:
+    """One OpenInference RAG trace (chain, retriever, LLM) per ``(ranking, relevant)`` pair."""
+    for ranking, relevant in traces:
         with tracer.start_as_current_span("rag") as root:
             root.set_attribute("openinference.span.kind", "CHAIN")
             root.set_attribute("input.value", "what is the refund window?")
@@ -83,7 +89,6 @@ def send_rag_traces(exporter: SpanExporter, service: str) -> None:
                 span.set_attribute("llm.provider", "openai")
                 span.set_attribute("llm.token_count.prompt", 100)
                 span.set_attribute("llm.token_count.completion", 20)
-    provider.shutdown()
 
 
 @pytest.fixture
