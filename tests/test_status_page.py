@@ -171,6 +171,14 @@ def test_worst_keeps_the_worst_few_worst_first_and_cuts_long_strings() -> None:
     assert len(top.service) == 200 and len(worst.entries()) == 3
 
 
+def test_of_equally_bad_requests_the_newest_are_kept_newest_first() -> None:
+    """Every missed retrieval is equally bad: the recent ones are kept, whatever their trace ids."""
+    worst = Worst(size=2)
+    for n in (9, 8, 7, 6):  # trace ids falling as requests arrive
+        worst.scored(_record(n), _missed(5))
+    assert [w.trace_id[-1] for w in worst.entries()] == ["6", "7"]
+
+
 def test_a_hit_is_not_a_missed_retrieval() -> None:
     worst = Worst()
     worst.scored(_record(1), RecordScores(retrieval=(RetrievalScore("label", 0.5, {1: 0.0, 3: 1.0}, {}, {}, {}),), unlabelled=False, calls=()))

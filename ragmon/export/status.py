@@ -234,22 +234,27 @@ def _cut(text: str) -> str:
 
 class Worst:
     """The ``size`` worst recent requests: missed retrievals (no relevant document in the top
-    k) and the lowest faithfulness. A min-heap on badness: a new entry pushes out the least
-    bad one once full."""
+    k) and the lowest faithfulness. A min-heap on (badness, arrival): a new entry pushes out the
+    least bad one once full, and of equally bad ones the oldest."""
 
     def __init__(self, size: int = 20) -> None:
         if size < 1:
             raise ValueError("Worst needs size >= 1")
         self.size = size
-        self._heap: list[WorstRequest] = []
+        self._heap: list[tuple[float, int, WorstRequest]] = []
+        self._arrivals = 0
 
     def add(self, entry: WorstRequest) -> None:
-        """Keep ``entry`` if it is among the ``size`` worst."""
+        """Keep ``entry`` if it is among the ``size`` worst (ties: the newer is kept)."""
+        self._arrivals += 1
+        key = (entry.badness, self._arrivals)
+        if len(self._heap) >= self.size and key <= self._heap[0][:2]:
+            return
         entry = WorstRequest(entry.badness, _cut(entry.trace_id), _cut(entry.service), _cut(entry.variant), _cut(entry.what))
         if len(self._heap) < self.size:
-            heapq.heappush(self._heap, entry)
-        elif entry > self._heap[0]:
-            heapq.heapreplace(self._heap, entry)
+            heapq.heappush(self._heap, (*key, entry))
+        else:
+            heapq.heapreplace(self._heap, (*key, entry))
 
     def scored(self, record: RagRecord, scores: RecordScores) -> None:
         """A scored request: a missed retrieval (no hit at the largest k) is kept."""
@@ -268,8 +273,8 @@ class Worst:
             self.add(WorstRequest(1.0 - value, record.trace_id.hex(), record.service, record.variant, what))
 
     def entries(self) -> list[WorstRequest]:
-        """The kept requests, worst first."""
-        return sorted(self._heap, reverse=True)
+        """The kept requests, worst first (of equally bad ones, the newest first)."""
+        return [entry for *_, entry in sorted(self._heap, key=lambda item: item[:2], reverse=True)]
 
 
 class Coverage:
