@@ -77,9 +77,34 @@ def _build_parser() -> _Parser:
     run.add_argument("--config", metavar="FILE", help="TOML configuration (default: $RAGMON_CONFIG, else built-in defaults)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (default info)")
     run.add_argument("--log-format", default="text", choices=["text", "json"], help="log lines as text or one JSON object each, for log shippers (default text)")
+    dem = commands.add_parser("demo", help="ragmon and a synthetic RAG service, live, with a regression halfway", description="Start ragmon and a small synthetic RAG service instrumented with the OpenTelemetry SDK (offline, no API key), show the metrics live and degrade one variant's retrieval halfway.")
+    dem.add_argument("--duration", type=_positive, default=60.0, metavar="S", help="seconds of traffic (default 60)")
+    dem.add_argument("--rate", type=_positive, default=10.0, metavar="N", help="requests per second (default 10)")
+    dem.add_argument("--seed", type=int, default=1, help="random seed of the service and the traffic (default 1)")
+    dem.add_argument("--config", metavar="FILE", help="TOML configuration whose [judge] and [pricing] the demo uses (default: no LLM judge, the lexical estimate)")
     chk = commands.add_parser("check-config", help="validate a configuration file", description="Validate a TOML configuration: print each problem with its key; exit 2 on error.")
     chk.add_argument("file", metavar="FILE")
     return parser
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ragmon.demo.run import DemoOptions, main as demo_main
+
+    try:
+        config = load_config(args.config) if args.config else None
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"ragmon demo: error: {exc.source}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging("warning")
+    return demo_main(DemoOptions(args.duration, args.rate, args.seed, config), sys.stdout)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -288,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
-        parser.error("choose a command: run, eval, compare, check-config")
+        parser.error("choose a command: run, demo, eval, compare, check-config")
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="backslashreplace")
     progress = sys.stderr.isatty()
@@ -297,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "check-config":
             return _check_config(args)
+        if args.command == "demo":
+            return _demo(args)
         if args.command == "eval":
             return _eval(args, progress)
         return _compare(args, progress)
