@@ -13,7 +13,8 @@ What runs (all on 127.0.0.1, free ports, nothing leaves the machine):
   probe;
 - traffic: ``rate`` questions a second, alternating variants A and B; one request in four
   carries its label on the retriever span, one in three gets a thumbs up or down
-  (``POST /v1/feedback``, up when the answer was grounded), one in eight relevance feedback;
+  (``POST /v1/feedback``, up when the answer is grounded in the right document), one in eight
+  relevance feedback;
 - halfway, variant B's retrieval is degraded; the view shows its hit rate and MRR falling and
   names the alert rules that would fire.
 
@@ -133,7 +134,8 @@ class _Traffic:
             variant = "AB"[n % 2]
             answer = self.service.answer(question.text, variant, label=n % 4 == 0)
             if n % 3 == 0:
-                self._later({"trace_id": answer.trace_id, "name": "thumbs", "score": 1 if answer.grounded else 0}, session)
+                right = answer.grounded and answer.ranking[:1] == (question.relevant,)
+                self._later({"trace_id": answer.trace_id, "name": "thumbs", "score": 1 if right else 0}, session)
             if n % 8 == 1:
                 self._later({"trace_id": answer.trace_id, "relevant_document_ids": [question.relevant]}, session)
             n += 1
