@@ -4,6 +4,7 @@ synthetic service, OTLP/HTTP between them, the probe and feedback), its view, an
 from __future__ import annotations
 
 import io
+import os
 import random
 import re
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
+from judge_server import judge_server_thread
 from ragmon.config import Config, JudgeConfig
 from ragmon.demo.corpus import build_corpus, generate, rerank, retrieve
 from ragmon.demo.run import demo_config
@@ -29,9 +31,10 @@ PAIR = re.compile(r"(requests|hits@\d+) (\d+) \(ragmon (\d+)\)")
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
+    # a key in the environment: without --config the demo must still not call a judge
     return subprocess.Popen(
         [sys.executable, "-m", "ragmon", "demo", *args], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, "OPENAI_API_KEY": "sk-demo-test", "PYTHONPATH": str(ROOT)},
     )
 
 
@@ -110,6 +113,20 @@ def test_ctrl_c_ends_the_demo_cleanly() -> None:
     assert "Traceback" not in out
     assert "done. The service's own count" in out
     assert _closed(port)
+
+
+def test_with_a_configured_judge_the_view_shows_its_faithfulness(tmp_path: Path) -> None:
+    with judge_server_thread() as judge:
+        config = tmp_path / "ragmon.toml"
+        config.write_text(f'[judge]\nbase_url = "{judge.base_url}"\nsample_rate = 1.0\n')
+        process = _start("--config", str(config), "--duration", "8", "--rate", "10")
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, out
+        assert judge.requests
+    assert "judge:       llm" in out, out
+    lines = [line for line in out.splitlines() if "variant A (15s)" in line and "faithfulness 1.00," in line]
+    assert lines, out
+    assert "lexical" not in out.split("judge:", 1)[1]
 
 
 def test_the_demo_refuses_bad_flags() -> None:
