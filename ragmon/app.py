@@ -16,15 +16,17 @@ import logging
 import os
 import resource
 import signal
+import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
 
 from ragmon import __version__
 from ragmon.config import Config, parse_listen
@@ -125,6 +127,9 @@ class Sidecar:
     wall: Callable[[], float] = time.time
     """The wall clock: only for timestamps shown (exemplars, ``_created``, start time), never for
     a deadline, window or budget (those follow ``clock``), so a wall-clock step changes no value."""
+    own_process: bool = False
+    """Whether the process is ragmon's own (``ragmon run``): then a scrape holds the cycle
+    collector off while it renders (``server.metrics_handler``)."""
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -182,7 +187,6 @@ class Sidecar:
         self.registry.register(StatsCollector(lambda: self.assembler.stats().collect()))
         self.registry.register(StatsCollector(lambda: self.pipeline.stats().collect()))
         self.registry.register(StatsCollector(self.judge.collect))
-        self.registry.register(status.HistorySampler(self.history, self._rolling, self.clock))
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
         self.registry.register(StatsCollector(self.feedback.collect))
@@ -205,7 +209,18 @@ class Sidecar:
             token=self.config.metrics.token,
             status_page=self.status_page,
             ready=lambda: self.worker is not None and not self.worker.done(),
+            after_collect=self._sample_history,
+            quiet_gc=self.own_process,
         )
+
+    async def _sample_history(self, families: Sequence[Metric]) -> None:
+        """A scrape's point of the status page's history, when one is due: read from the
+        gauge families the scrape has just collected (in a worker thread: they are immutable),
+        kept on the loop (the page reads the history there)."""
+        now = self.clock()
+        if self.history.due(now):
+            rolling = await asyncio.to_thread(status.rolling_from_families, families)
+            self.history.sample(now, lambda: rolling)
 
     def status_page(self) -> str:
         """A small HTML page: what ragmon listens on and what it has seen."""
@@ -417,7 +432,7 @@ async def _run(config: Config, files: str = "") -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    sidecar = Sidecar(config)
+    sidecar = Sidecar(config, own_process=True)
     loop.set_exception_handler(_on_loop_error(RateLimitedLog(log)))
     try:
         await sidecar.start()
@@ -501,6 +516,12 @@ GC_YOUNG_THRESHOLD = 50_000
 """Allocations between young-generation collections in ``ragmon run`` (CPython's default: 700)."""
 
 
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread holds the GIL while another waits for it, in ``ragmon run`` (CPython's
+default: 0.005). A scrape renders in a worker thread; each time the event loop wakes (every
+socket read and write of an OTLP request) it waits for the GIL at most this long."""
+
+
 def tune_gc() -> None:
     """Collect less often: each span allocates a few short-lived objects, nearly all freed by
     reference counting; at CPython's default threshold the cycle collector took ~14% of the
@@ -515,5 +536,6 @@ def tune_gc() -> None:
 def run(config: Config) -> int:
     """``ragmon run``: serve until SIGTERM or SIGINT; returns the exit code."""
     tune_gc()
+    sys.setswitchinterval(SWITCH_INTERVAL)
     files = raise_open_files_limit()
     return asyncio.run(_run(config, files))

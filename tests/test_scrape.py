@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestServer
 from opentelemetry.trace import Tracer
 from otel_helpers import record_spans, to_protobuf
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, choose_encoder, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from server_helpers import call_soon, post, scrape, scrape_async, sidecar_thread
@@ -334,3 +335,87 @@ def test_scrape_rendering_moves_off_the_loop(monkeypatch: pytest.MonkeyPatch) ->
     assert seen and loop_thread not in seen
     families = len(re.findall(rb"^# TYPE ", body, flags=re.MULTILINE))
     assert ticks >= families  # the loop ran between families
+
+
+class _GcWitness:
+    """A collector noting whether the cycle collector is on while a scrape collects it."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.seen: list[bool] = []
+        self.fail = fail
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # registering collects nothing
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        import gc
+
+        self.seen.append(gc.isenabled())
+        if self.fail:
+            raise RuntimeError("a collector bug")
+        yield GaugeMetricFamily("witness", "gc state", value=1.0)
+
+
+@pytest.mark.parametrize("own_process", [True, False])
+def test_ragmons_own_process_holds_the_cycle_collector_off_during_a_scrape(own_process: bool) -> None:
+    """``ragmon run`` (``Sidecar(own_process=True)``) scrapes with the cycle collector off and
+    turns it back on after, also when a collector fails; an embedding process keeps its own."""
+    import gc
+
+    async def run() -> tuple[list[bool], int]:
+        car = Sidecar(Config(metrics=MetricsConfig(listen="127.0.0.1:0")), own_process=own_process)
+        good, bad = _GcWitness(), _GcWitness(fail=True)
+        car.registry.register(good)
+        async with TestServer(car.metrics_app()) as server, ClientSession() as session:
+            async with session.get(server.make_url("/metrics")) as response:
+                assert response.status == 200 and b"witness 1.0" in await response.read()
+            assert gc.isenabled()
+            car.registry.unregister(good)
+            car.registry.register(bad)
+            async with session.get(server.make_url("/metrics")) as response:
+                status = response.status
+        return good.seen + bad.seen, status
+
+    assert gc.isenabled()
+    seen, status = asyncio.run(run())
+    assert seen == [not own_process, not own_process] and status == 500
+    assert gc.isenabled()
+
+
+def test_ragmon_run_switches_threads_every_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ragmon run`` lowers the GIL switch interval so that the loop waits at most 1 ms for a
+    scrape's rendering thread (``SWITCH_INTERVAL``); the test process keeps its own after."""
+    import sys
+
+    from ragmon import app
+
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+
+    def fake_run(coro: object) -> int:
+        seen.append(sys.getswitchinterval())
+        coro.close()  # type: ignore[attr-defined]
+        return 0
+
+    monkeypatch.setattr(app, "tune_gc", lambda: None)
+    monkeypatch.setattr(app.asyncio, "run", fake_run)
+    try:
+        assert app.run(Config()) == 0
+    finally:
+        sys.setswitchinterval(before)
+    assert app.SWITCH_INTERVAL == 0.001 and seen == [0.001]
+
+
+def test_ragmon_run_builds_its_sidecar_as_its_own_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragmon import app
+
+    class Built(Exception):
+        pass
+
+    def fake(config: Config, **kwargs: object) -> Sidecar:
+        raise Built(kwargs)
+
+    monkeypatch.setattr(app, "Sidecar", fake)
+    with pytest.raises(Built) as built:
+        asyncio.run(app._run(Config()))
+    assert built.value.args == ({"own_process": True},)

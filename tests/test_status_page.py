@@ -13,13 +13,15 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
-from server_helpers import LoopThread, sidecar_thread
+from server_helpers import LoopThread, call_soon, sidecar_thread
 from test_sidecar import PRICE, FakeClock, scrape, send_rag_traces, wait_for
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
 from ragmon.conventions import ConventionOptions, read_trace
 from ragmon.export.status import (
+    read_rolling,
+    rolling_from_families,
     CSP,
     History,
     JudgeView,
@@ -376,3 +378,66 @@ def test_a_sidecar_shows_and_keeps_no_more_than_its_series_budget() -> None:
     assert "<p>1 more service/variant pairs not shown (series budget).</p>" in page
     assert len(car.history) == 1 and car.history.refused > 0
     assert car.history.kept_points() == 3
+
+
+def test_a_scrape_reads_the_history_from_its_families_as_the_page_reads_the_stores(
+    fed: tuple[Sidecar, FakeClock, LoopThread, list[str]],
+) -> None:
+    """``rolling_from_families`` (a scrape's history point, from the gauge families it
+    collected) gives what ``read_rolling`` reads from the window stores, in the same order,
+    also once the shortest window has emptied (then the next window's values)."""
+    car, clock, loop, _ = fed
+
+    def both() -> tuple[list[object], list[object]]:
+        car.metrics.flush()  # as the page does; a scrape's collect flushes too
+        stores = read_rolling(car.metrics.gauges, car.metrics.latency, clock())
+        families = rolling_from_families(list(car.registry.collect()))
+        return [(k, list(v.items())) for k, v in stores.items()], [(k, list(v.items())) for k, v in families.items()]
+
+    stores, families = call_soon(loop, both)
+    assert families == stores
+    names = dict(stores)[HOSTILE, "B"]
+    assert [n for n, _ in names] == [
+        "hit rate@10 label", "MRR label", "cost/request USD", "error ratio",
+        "latency p50 s", "latency p95 s",
+    ]
+    clock.now += 301.0  # past the 5m window: the 1h window's values
+    stores, families = call_soon(loop, both)
+    assert families == stores and dict(stores)[HOSTILE, "B"] == names
+    clock.now += 3600.0  # past every window: nothing
+    assert call_soon(loop, both) == ([], [])
+
+
+def test_rolling_from_families_picks_each_gauges_shortest_window_and_largest_k() -> None:
+    from prometheus_client.core import GaugeMetricFamily
+
+    def gauge(name: str, labels: Sequence[str], rows: Sequence[tuple[Sequence[str], float]]) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, "h", labels=list(labels))
+        for values, value in rows:
+            family.add_metric(list(values), value)
+        return family
+
+    sv = ("service", "variant")
+    families = [
+        gauge("ragmon_retrieval_hit_rate", (*sv, "source", "k", "window"), [
+            (("s", "a", "label", "3", "90s"), 0.5), (("s", "a", "label", "10", "90s"), 0.75),
+            (("s", "a", "label", "10", "5m"), 0.9), (("s", "a", "golden", "10", "90s"), 0.25),
+        ]),
+        gauge("ragmon_retrieval_mrr", (*sv, "source", "window"), [(("s", "a", "label", "1h"), 0.4)]),
+        gauge("ragmon_faithfulness_mean", (*sv, "source", "judge", "window"), [
+            (("s", "a", "judge", "llm", "5m"), 0.8), (("s", "a", "app", "app", "5m"), 0.6),
+            (("s", "b", "judge", "llm", "1h"), 0.1),
+        ]),
+        gauge("ragmon_error_ratio", (*sv, "window"), [(("s", "b", "0.5s"), 0.0)]),
+        gauge("ragmon_latency_seconds", (*sv, "stage", "quantile", "window"), [
+            (("s", "a", "total", "0.5", "5m"), 1.5), (("s", "a", "total", "0.95", "5m"), 2.5),
+            (("s", "a", "total", "0.99", "5m"), 3.0), (("s", "a", "retrieval", "0.5", "90s"), 0.1),
+            (("s", "a", "total", "0.5", "1h"), 9.0),
+        ]),
+    ]
+    assert rolling_from_families(families) == {
+        ("s", "a"): {"hit rate@10 label": 0.75, "hit rate@10 golden": 0.25, "MRR label": 0.4,
+                     "faithfulness llm": 0.8, "faithfulness app": 0.6, "latency p50 s": 1.5, "latency p95 s": 2.5},
+        ("s", "b"): {"error ratio": 0.0},
+    }
+    assert rolling_from_families([]) == {}

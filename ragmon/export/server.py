@@ -16,7 +16,9 @@ executor when large) when ``Accept-Encoding`` accepts gzip with a q-value above 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection, Iterator
+import contextlib
+import gc
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -107,14 +109,24 @@ def _render(handler: Handler, request: web.Request) -> web.StreamResponse:
     raise RuntimeError("prometheus_client's aiohttp handler awaited: it cannot run in a worker thread")
 
 
-def metrics_handler(registry: Collector) -> Handler:
+def metrics_handler(
+    registry: Collector, *, after_collect: Callable[[Sequence[Metric]], Awaitable[None]] | None = None,
+    quiet_gc: bool = False,
+) -> Handler:
     """``/metrics`` for ``registry``: families collected on the loop, then prometheus_client's
-    handler over them in a worker thread; one scrape at a time."""
+    handler over them in a worker thread; one scrape at a time. ``after_collect`` is awaited
+    with the collected families first. ``quiet_gc`` (for a process of ragmon's own:
+    ``ragmon run``) holds the cycle collector off while a scrape collects and renders: its
+    tens of thousands of short-lived objects, freed by reference counting, would otherwise
+    start full collections that stop the event loop for a quarter of a second."""
     scraping = asyncio.Lock()
 
     async def metrics(request: web.Request) -> web.StreamResponse:
-        async with scraping:
-            snapshot = snapshot_registry(await collect_families(registry))
+        async with scraping, _gc_held(quiet_gc):
+            families = await collect_families(registry)
+            if after_collect is not None:
+                await after_collect(families)
+            snapshot = snapshot_registry(families)
             library = make_aiohttp_handler(snapshot, disable_compression=True)
             response = await asyncio.to_thread(_render, library, request)
         if gzip_accepted(request.headers.get("Accept-Encoding", "")):
@@ -122,6 +134,19 @@ def metrics_handler(registry: Collector) -> Handler:
         return response
 
     return metrics
+
+
+@contextlib.asynccontextmanager
+async def _gc_held(hold: bool) -> AsyncIterator[None]:
+    """The cycle collector off inside (when ``hold`` and it was on), back on after."""
+    if not hold or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def bearer_guard(token: str, paths: Collection[str] = GUARDED_PATHS) -> Middleware:
@@ -145,10 +170,12 @@ def bearer_guard(token: str, paths: Collection[str] = GUARDED_PATHS) -> Middlewa
 
 def metrics_app(
     registry: Collector, *, token: str, status_page: Callable[[], str], ready: Callable[[], bool],
+    after_collect: Callable[[Sequence[Metric]], Awaitable[None]] | None = None, quiet_gc: bool = False,
 ) -> web.Application:
     """The aiohttp app serving ``/metrics`` (``metrics_handler``), ``/healthz``, ``/readyz``
     (``ready()``, else 503) and the status page ``/`` (``status_page()``, with a
-    Content-Security-Policy that forbids loading anything), behind ``bearer_guard(token)``."""
+    Content-Security-Policy that forbids loading anything), behind ``bearer_guard(token)``;
+    ``after_collect`` and ``quiet_gc`` as in ``metrics_handler``."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -165,7 +192,7 @@ def metrics_app(
         )
 
     app = web.Application(middlewares=[bearer_guard(token)])
-    app.router.add_get("/metrics", metrics_handler(registry))
+    app.router.add_get("/metrics", metrics_handler(registry, after_collect=after_collect, quiet_gc=quiet_gc))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", status)

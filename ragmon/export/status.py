@@ -4,8 +4,9 @@
 asset (sparklines are inline ``<svg>`` polylines), refreshing itself every ``REFRESH`` seconds.
 ``History`` keeps a bounded time series of the rolling values (one point per series per
 ``interval`` seconds, the last ``points`` points, at most ``max_series`` series), sampled when
-the page is built or ``/metrics`` scraped (``HistorySampler``), never on the ingest path: a
-sample reads the exporter's window stores, ~15 ms per 1000 series per store); ``Worst``
+the page is built (``read_rolling``: from the exporter's window stores) or ``/metrics`` is
+scraped (``rolling_from_families``: from the gauge families the scrape has just collected, so
+a scrape computes no window twice), never on the ingest path; ``Worst``
 keeps the recent worst requests (missed retrievals, lowest faithfulness) in a bounded heap;
 ``Coverage`` counts what could not be measured. All three are fed on the event loop and read
 when the page is built.
@@ -16,12 +17,12 @@ from __future__ import annotations
 import heapq
 import html
 import math
+import re
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
 
 from ragmon import catalogue as cat
 from ragmon.metrics.windows import WindowStore
@@ -34,9 +35,9 @@ __all__ = [
     "REFRESH",
     "Coverage",
     "History",
-    "HistorySampler",
     "JudgeView",
     "SeriesView",
+    "rolling_from_families",
     "StatusSnapshot",
     "Worst",
     "WorstRequest",
@@ -160,6 +161,58 @@ def read_rolling(
     return out
 
 
+_MEAN_LABELS: dict[str, str] = dict(_MEANS)
+_WINDOW = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def _window_seconds(label: str) -> float:
+    m = _WINDOW.fullmatch(label)
+    return float(m.group(1)) * _UNIT[m.group(2)] if m else math.inf
+
+
+def rolling_from_families(families: Iterable[Metric]) -> Rolling:
+    """``read_rolling``'s values (same names, same order) read from the exported gauge
+    families of one scrape (``ragmon_retrieval_hit_rate``, …, ``ragmon_latency_seconds``)."""
+    means: dict[str, Metric] = {}
+    latency: Metric | None = None
+    for family in families:
+        if family.name in _MEAN_LABELS:
+            means[family.name] = family
+        elif family.name == cat.LATENCY.name:
+            latency = family
+    out: Rolling = {}
+    for gauge, label in _MEANS:
+        gauges = means.get(gauge)
+        if gauges is None or not gauges.samples:
+            continue
+        shortest = min(_window_seconds(s.labels["window"]) for s in gauges.samples)
+        hit_rate = gauge == cat.RETRIEVAL_HIT_RATE.name
+        top_k = max((int(s.labels["k"]) for s in gauges.samples), default=0) if hit_rate else 0
+        for sample in gauges.samples:
+            labels = sample.labels
+            if _window_seconds(labels["window"]) != shortest or (hit_rate and labels["k"] != str(top_k)):
+                continue
+            source = labels.get("source", "")
+            if hit_rate:
+                name = f"hit rate@{top_k} {source}"
+            elif gauge == cat.RETRIEVAL_MRR.name:
+                name = f"MRR {source}"
+            elif labels.get("judge"):
+                name = f"{label} {labels['judge']}"
+            else:
+                name = label
+            out.setdefault((labels["service"], labels["variant"]), {})[name] = sample.value
+    if latency is not None:
+        totals = [s for s in latency.samples if s.labels["stage"] == "total"]
+        shortest = min((_window_seconds(s.labels["window"]) for s in totals), default=0.0)
+        for sample in totals:
+            q = sample.labels["quantile"]
+            if _window_seconds(sample.labels["window"]) == shortest and q in ("0.5", "0.95"):
+                out.setdefault((sample.labels["service"], sample.labels["variant"]), {})[f"latency p{float(q) * 100:g} s"] = sample.value
+    return out
+
+
 class History:
     """The recent rolling values: one point per series per ``interval`` seconds, the last
     ``points`` points of at most ``max_series`` series (a series is one value name of one
@@ -207,25 +260,6 @@ class History:
     def of(self, service: str, variant: str) -> dict[str, list[float]]:
         """The history of one service and variant, by value name."""
         return {k[2]: list(d) for k, d in self._series.items() if k[0] == service and k[1] == variant}
-
-
-class HistorySampler(Collector):
-    """Samples ``history`` when a scrape collects the registry (a point per scrape at most every
-    ``history.interval`` seconds), so that the history grows with Prometheus' scrapes, off the
-    ingest path; exports nothing."""
-
-    def __init__(self, history: History, read: Callable[[], Rolling], clock: Callable[[], float]) -> None:
-        self._history = history
-        self._read = read
-        self._clock = clock
-
-    def describe(self) -> list[Metric]:
-        """No family (so that registering does not sample)."""
-        return []
-
-    def collect(self) -> Iterator[Metric]:
-        self._history.sample(self._clock(), self._read)
-        return iter(())
 
 
 def _cut(text: str) -> str:
