@@ -305,3 +305,15 @@ def test_the_calls_of_a_trace_that_is_not_a_request_count_as_calls_only() -> Non
     assert not _has(v, "ragmon_traces_total", service="unknown") and not _has(v, "ragmon_traces_total", service=OTHER)
     assert _value(v, "ragmon_cost_usd_per_request", service="svc", variant="v", window="5m") == 0.25
     assert _value(v, "ragmon_request_duration_seconds_count", service="svc", variant="v", stage="total") == 1
+
+
+def test_the_calls_of_a_trace_that_is_not_a_request_share_the_service_label_budget() -> None:
+    """``observe_calls`` caps ``service`` within the same per-label budget as requests: with
+    one value allowed, a second service folds into ``other``, counted under ``service``."""
+    metrics, registry = _metrics(Clock(), max_label_values=1)
+    metrics.observe(_record(1, "first"), RecordScores((), False, ()), 10.0)
+    metrics.observe_calls("second", [PricedCall("emb", "embedding", 4, 0, 0.5, "config")])
+    v = _scrape(registry)
+    assert _value(v, "ragmon_tokens_total", service=OTHER, model="emb", token_type="input") == 4
+    assert not _has(v, "ragmon_tokens_total", service="second")
+    assert metrics.limit.folded["service"] == 1

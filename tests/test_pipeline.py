@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -24,10 +25,10 @@ from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, price_calls, score_record
 
 
-def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
+def _pipeline_args(max_spans: int = 5, max_bytes: int = 1000) -> dict[str, Any]:
     metrics = RagMetrics(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: 0.0)
     pricer = Pricer()
-    return Pipeline(
+    return dict(
         assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
         extract=lambda trace: None,
         score=lambda record: score_record(record, (1,), pricer),
@@ -37,6 +38,10 @@ def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
         max_queued_spans=max_spans,
         max_queued_bytes=max_bytes,
     )
+
+
+def _pipeline(max_spans: int, max_bytes: int) -> Pipeline:
+    return Pipeline(**_pipeline_args(max_spans, max_bytes))
 
 
 def _span(n: int, size: int) -> Span:
@@ -600,7 +605,9 @@ def test_on_exit_a_worker_past_its_stop_timeout_is_cancelled_and_the_loss_logged
 
     with caplog.at_level(logging.ERROR, logger="ragmon"):
         asyncio.run(run())
-    assert "shutdown: the pipeline did not finish within 0.05s" in caplog.text
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1
+    assert re.fullmatch(r"shutdown: the pipeline did not finish within 0\.05s; \d+ trace\(s\) not scored", errors[0])
     assert pipeline.stats().ignored < 32 * _SLICE
 
 
@@ -631,3 +638,20 @@ def test_a_trace_of_model_calls_alone_counts_its_priced_calls_and_is_not_a_reque
     assert seen == [(bytes(16), 2.0)]  # only the request reaches the judge stage
     stats = pipeline.stats()
     assert (stats.records, stats.ignored, stats.model_call_traces) == (1, 2, 2)
+
+
+def test_the_worker_task_is_named_and_stop_without_start_does_nothing() -> None:
+    """The worker shows as ``ragmon-pipeline`` in task dumps; stopping a pipeline that never
+    started (a start-up that failed early) is a no-op; ``stop_timeout`` defaults to 10 s."""
+    pipeline = _pipeline(max_spans=5, max_bytes=1000)
+    assert pipeline.stop_timeout == 10.0
+    assert Pipeline(**{**_pipeline_args(), "stop_timeout": 2.5}).stop_timeout == 2.5
+
+    async def run() -> None:
+        await pipeline.stop(1.0)
+        assert pipeline.worker is None
+        started = _pipeline(max_spans=5, max_bytes=1000)
+        async with started:
+            assert started.worker is not None and started.worker.get_name() == "ragmon-pipeline"
+
+    asyncio.run(run())

@@ -112,13 +112,10 @@ def _first_object(text: str) -> dict[str, Any]:
     pos = text.find("{")
     while pos != -1:
         try:
-            value, _ = decoder.raw_decode(text, pos)
+            value: dict[str, Any] = decoder.raw_decode(text, pos)[0]  # a JSON value at "{" is an object
+            return value
         except ValueError:
             pos = text.find("{", pos + 1)
-            continue
-        if isinstance(value, dict):
-            return value
-        pos = text.find("{", pos + 1)  # pragma: no cover - raw_decode at "{" yields a dict
     raise _Bad("no JSON object in reply")
 
 
@@ -248,7 +245,7 @@ def parse_verdict(text: str, request: JudgeRequest) -> Verdicts | Invalid:
             toxicity=_toxicity(obj["toxicity"]) if "toxicity" in wanted else None,
         )
     except (_Bad, RecursionError) as exc:
-        return Invalid(str(exc) or type(exc).__name__)
+        return Invalid(str(exc))  # every _Bad and RecursionError carries its message
 
 
 def _fraction(claims: tuple[ClaimVerdict, ...] | None) -> float | None:

@@ -341,8 +341,7 @@ class Judge(Worker):
         if self._breaker.refusing(self._clock()):  # opened while the record waited: no prompt built
             return self._failed(item, "error")
         request = build_judge_request(item.redacted, item.evaluators, secrets.token_hex(8))
-        if request is None:  # pragma: no cover - evaluators were checked on submit
-            return self._failed(item, "error")
+        assert request is not None, "the record's evaluators were checked on submit"
         completion = await self._call(request)
         if isinstance(completion, str):
             return self._failed(item, cast(Outcome, completion))
