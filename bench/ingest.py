@@ -4,8 +4,9 @@ Usage::
 
     python bench/ingest.py [--seconds 20] [--repeats 3] [--warmup 2] [--concurrency 4]
                            [--batches 200] [--spans-per-body 512] [--seed 0]
+                           [--shapes realistic,rag3]
 
-``--seconds 3 --repeats 1`` is a quick smoke run (under ~30 s in all).
+``--seconds 3 --repeats 1`` is a quick smoke run (about a minute in all).
 
 What is measured
 ----------------
@@ -27,11 +28,18 @@ sampling, e.g. the judge's, picks its usual share); the load generator replaces 
 with a counter (one ``bytes.replace``) on every post, so no trace id is ever sent twice and
 traces never collide or count as late.
 
+Two trace shapes (``--shapes``), each measured in its own runs: ``realistic`` (the traces
+above, 6-10 spans, 8 on average) and ``rag3`` (3 spans, all read by ragmon: the root CHAIN, the
+RETRIEVER and the LLM span of the same traces, no embedding and no filler; bodies of
+``--spans-per-body`` rounded down to a multiple of 3), which shows the per-trace work
+(assembly, extraction, scoring, metrics) with the least decode to hide it.
+
 Servers, each a fresh process per measurement, on 127.0.0.1 only:
 
 * ``ragmon`` - ``python -m ragmon run --config <tmp toml>``: OTLP/HTTP on a free port, gRPC
-  off, ``/metrics`` on a free port, ``[traces] grace = "200ms"``, everything else default
-  (decode, bounded queue, trace assembly, conventions, scoring, Prometheus metrics, windows).
+  off, ``/metrics`` on a free port, no final-scrape linger, everything else at its default
+  (the 2 s trace grace included: decode, bounded queue, trace assembly, conventions, scoring,
+  Prometheus metrics, windows).
 * ``baseline`` - ``bench/_ingest_baseline.py``: bare aiohttp ``POST /v1/traces`` that parses
   the request and walks every span's attributes into dicts (all of them, where ragmon keeps
   only the ones it reads), then answers 200 with an empty ``ExportTraceServiceResponse``. It
@@ -66,8 +74,12 @@ slope of a least-squares line over the second half of the measured window in MB/
 means "RSS flat under sustained load"; ragmon's bounded structures, e.g. the 100 000 finished
 trace ids it remembers, grow until full, so short runs show a positive slope).
 
-Measurements alternate between the servers (``ragmon, baseline``, then ``baseline, ragmon``,
-...), ``--repeats`` times each; the table shows medians (min and max of the accepted rate).
+Measurements come in pairs, one run of each server, the order alternating between pairs
+(``ragmon, baseline``, then ``baseline, ragmon``, ...), ``--repeats`` pairs per shape; the
+table shows medians (min and max of the accepted rate), and CPU per span and per trace (the
+server's user + system time read from ``/proc``, over spans and traces acknowledged): the
+per-pair ratio of ragmon's CPU per span to the baseline's, median over pairs, is the figure
+to read on a shared machine (wall-clock rates swing with other load, CPU time does not).
 
 How to read the ratio
 ---------------------
@@ -114,6 +126,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BASELINE_SCRIPT = Path(__file__).resolve().parent / "_ingest_baseline.py"
 PROTOBUF = "application/x-protobuf"
 SERVERS: tuple[str, str] = ("ragmon", "baseline")
+SHAPES: tuple[str, ...] = ("realistic", "rag3")
+RAG3 = 3
+"""Spans of a ``rag3`` trace: root CHAIN, RETRIEVER, LLM."""
 PORT_LINE = re.compile(r"OTLP/HTTP on 127\.0\.0\.1:(\d+)")
 METRICS_LINE = re.compile(r"metrics on 127\.0\.0\.1:(\d+)")
 MARKER_BYTES = 4
@@ -139,9 +154,6 @@ grpc = ""
 [metrics]
 listen = "127.0.0.1:0"
 linger = "0s"
-
-[traces]
-grace = "200ms"
 """
 
 
@@ -212,8 +224,11 @@ class _Pools:
         return cls(questions, answers, contents, system)
 
 
-def _trace_sizes(rng: random.Random, total: int) -> list[int]:
-    """Trace sizes in 6..10 summing exactly to ``total`` (no leftover of 1-5 or 11)."""
+def _trace_sizes(rng: random.Random, total: int, shape: str = "realistic") -> list[int]:
+    """Trace sizes in 6..10 summing exactly to ``total`` (no leftover of 1-5 or 11); for
+    ``rag3``, ``total // 3`` traces of 3."""
+    if shape == "rag3":
+        return [RAG3] * (total // RAG3)
     sizes: list[int] = []
     left = total
     while left:
@@ -227,8 +242,11 @@ def _trace_sizes(rng: random.Random, total: int) -> list[int]:
     return sizes
 
 
-def build_traffic(batches: int, spans_per_body: int, seed: int) -> Traffic:
-    """Build ``batches`` bodies of ``spans_per_body`` spans with the OpenTelemetry SDK."""
+def build_traffic(batches: int, spans_per_body: int, seed: int, shape: str = "realistic") -> Traffic:
+    """Build ``batches`` bodies of ``spans_per_body`` spans (``rag3``: rounded down to a
+    multiple of 3) of ``shape`` traces with the OpenTelemetry SDK."""
+    if shape == "rag3":
+        spans_per_body -= spans_per_body % RAG3
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -266,7 +284,7 @@ def build_traffic(batches: int, spans_per_body: int, seed: int) -> Traffic:
     traces: list[int] = []
     clock_ns = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z; spans carry realistic durations
     for _ in range(batches):
-        sizes = _trace_sizes(rng, spans_per_body)
+        sizes = _trace_sizes(rng, spans_per_body, shape)
         for size in sizes:
             _rag_trace(tracer, rng, pools, size, clock_ns)
             clock_ns += rng.randint(5, 60) * 10**6
@@ -283,14 +301,33 @@ def build_traffic(batches: int, spans_per_body: int, seed: int) -> Traffic:
     return Traffic(bodies, [spans_per_body] * batches, traces, marker, time.perf_counter() - start)
 
 
+def _embedding(child: Any, http_client: Any, root: Any, rng: random.Random, question: str,
+               fillers: set[str], t: int) -> int:
+    """The EMBEDDING span of a realistic trace (and its HTTP client span); returns its end."""
+    ms = 10**6
+    embed = child(root, "embedding", t)
+    embed.set_attributes({
+        "openinference.span.kind": "EMBEDDING", "embedding.model_name": "text-embedding-3-small",
+        "embedding.embeddings.0.embedding.text": question,
+        "embedding.embeddings.0.embedding.vector": [round(rng.uniform(-0.1, 0.1), 6)
+                                                    for _ in range(32)],
+        "llm.token_count.prompt": len(question) // 4, "llm.token_count.total": len(question) // 4,
+    })
+    e_end = t + rng.randint(20, 90) * ms
+    if "embed_http" in fillers:
+        http_client(embed, t + ms, e_end - ms, "api.openai.com", "/v1/embeddings")
+    embed.end(end_time=e_end)
+    return e_end
+
+
 def _rag_trace(tracer: Any, rng: random.Random, pools: _Pools, size: int, t0: int) -> None:
     """One OpenInference RAG request of ``size`` spans, ending before ``t0`` + ~3 s."""
     from opentelemetry import trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
     ms = 10**6
-    fillers = set(rng.sample(("embed_http", "llm_http", "vector_db", "cache", "guardrail",
-                              "rate_limit"), size - CORE_SPANS))
+    fillers = set() if size == RAG3 else set(rng.sample(
+        ("embed_http", "llm_http", "vector_db", "cache", "guardrail", "rate_limit"), size - CORE_SPANS))
     question = rng.choice(pools.questions)
     answer = rng.choice(pools.answers)
     n_docs = rng.randint(5, 10)
@@ -344,19 +381,8 @@ def _rag_trace(tracer: Any, rng: random.Random, pools: _Pools, size: int, t0: in
                              "db.namespace": "0"})
         t += rng.randint(1, 3) * ms
         span.end(end_time=t)
-    embed = child(root, "embedding", t)
-    embed.set_attributes({
-        "openinference.span.kind": "EMBEDDING", "embedding.model_name": "text-embedding-3-small",
-        "embedding.embeddings.0.embedding.text": question,
-        "embedding.embeddings.0.embedding.vector": [round(rng.uniform(-0.1, 0.1), 6)
-                                                    for _ in range(32)],
-        "llm.token_count.prompt": len(question) // 4, "llm.token_count.total": len(question) // 4,
-    })
-    e_end = t + rng.randint(20, 90) * ms
-    if "embed_http" in fillers:
-        http_client(embed, t + ms, e_end - ms, "api.openai.com", "/v1/embeddings")
-    embed.end(end_time=e_end)
-    t = e_end
+    if size != RAG3:
+        t = _embedding(child, http_client, root, rng, question, fillers, t)
     retriever = child(root, "retrieve", t)
     retriever.set_attributes({
         "openinference.span.kind": "RETRIEVER", "input.value": question,
@@ -682,6 +708,13 @@ class Measurement:
             return math.nan
         return 1e6 * self.cpu_s / self.load.total_spans
 
+    @property
+    def cpu_us_per_trace(self) -> float:
+        """Server CPU µs per trace acknowledged, likewise."""
+        if self.cpu_s is None or not self.load.total_traces:
+            return math.nan
+        return 1e6 * self.cpu_s / self.load.total_traces
+
     def rss_at(self, t: float) -> float:
         after = [mb for ts, mb in self.rss if ts >= t]
         return after[0] if after else self.rss[-1][1]
@@ -862,7 +895,8 @@ def describe(r: Measurement) -> str:
     p50 = f"{1000 * statistics.median(lat):.0f}" if lat else "n/a"
     text += (f", 503s {r.load.window_503}, p50 {p50} ms/request; RSS idle {r.rss_idle:.0f}, "
              f"{r.rss_start:.0f} -> {r.rss_end:.0f} MB (peak {r.rss_peak:.0f}), "
-             f"slope {r.rss_slope:+.1f} MB/min; CPU {r.cpu_us_per_span:.1f} µs/span")
+             f"slope {r.rss_slope:+.1f} MB/min; CPU {r.cpu_us_per_span:.1f} µs/span, "
+             f"{r.cpu_us_per_trace:.0f} µs/trace")
     return text
 
 
@@ -872,9 +906,9 @@ def median_or_nan(values: Sequence[float | None]) -> float:
 
 
 def print_table(results: dict[str, list[Measurement]], traffic: Traffic,
-                args: argparse.Namespace) -> None:
+                args: argparse.Namespace, shape: str) -> None:
     print()
-    print(f"{args.seconds:g} s measured per run (after {args.warmup:g} s warm-up), "
+    print(f"[{shape}] {args.seconds:g} s measured per run (after {args.warmup:g} s warm-up), "
           f"{args.concurrency} requests in flight, {args.repeats} run(s) per server, "
           f"bodies of {args.spans_per_body} spans ({traffic.mean_body_bytes / 1e3:,.0f} kB):")
     head = (f"{'server':<10}{'accepted/s':>12}{'min':>10}{'max':>10}{'scored/s':>11}"
@@ -906,9 +940,15 @@ def print_table(results: dict[str, list[Measurement]], traffic: Traffic,
     print(f"ragmon / baseline, spans accepted: {_ratio(accepted, base)}   spans scored: "
           f"{_ratio(scored, base)}   (median / median; above 1 means ragmon is faster)")
     cpu = {kind: median_or_nan([r.cpu_us_per_span for r in results[kind]]) for kind in SERVERS}
-    print(f"ragmon / baseline, CPU per span: {_ratio(cpu['ragmon'], cpu['baseline'])}   "
-          f"({_fmt(cpu['ragmon'], '{:.1f}')} / {_fmt(cpu['baseline'], '{:.1f}')} µs; above 1 means "
-          f"ragmon spends more)")
+    per_trace = {kind: median_or_nan([r.cpu_us_per_trace for r in results[kind]]) for kind in SERVERS}
+    pairs = [r.cpu_us_per_span / b.cpu_us_per_span for r, b in zip(results["ragmon"], results["baseline"])
+             if b.cpu_us_per_span and not math.isnan(r.cpu_us_per_span / b.cpu_us_per_span)]
+    print(f"[{shape}] CPU per span: ragmon {_fmt(cpu['ragmon'], '{:.1f}')} µs, baseline "
+          f"{_fmt(cpu['baseline'], '{:.1f}')} µs; per trace: ragmon {_fmt(per_trace['ragmon'], '{:.0f}')} µs, "
+          f"baseline {_fmt(per_trace['baseline'], '{:.0f}')} µs; ragmon / baseline per pair: "
+          f"{', '.join(f'{p:.2f}x' for p in pairs)} (median {_fmt(median_or_nan(pairs), '{:.2f}x')}; "
+          f"above 1 means ragmon spends more; baseline / ragmon = "
+          f"{_fmt(1 / median_or_nan(pairs) if pairs else math.nan, '{:.2f}x')})")
 
 
 def _fmt(value: float, pattern: str) -> str:
@@ -954,7 +994,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--spans-per-body", type=int, default=512,
                         help="spans per body (the SDK's default export batch is 512)")
     parser.add_argument("--seed", type=int, default=0, help="traffic seed")
+    parser.add_argument("--shapes", default=",".join(SHAPES),
+                        help=f"trace shapes, comma-separated (default {','.join(SHAPES)})")
     args = parser.parse_args(argv)
+    args.shapes = [s for s in args.shapes.split(",") if s]
+    if not args.shapes or any(s not in SHAPES for s in args.shapes):
+        parser.error(f"--shapes: choose from {', '.join(SHAPES)}")
     if args.seconds <= 0 or args.warmup < 0 or args.repeats < 1 or args.concurrency < 1:
         parser.error("--seconds must be > 0, --warmup >= 0, --repeats and --concurrency >= 1")
     if args.batches < 1 or args.spans_per_body < MIN_TRACE_SPANS or args.spans_per_body == 11:
@@ -962,15 +1007,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    print(f"python {platform.python_version()}, ragmon {version('ragmon')} ({git_revision()}), "
-          f"aiohttp "
-          f"{version('aiohttp')}, protobuf {version('protobuf')}, opentelemetry-sdk "
-          f"{version('opentelemetry-sdk')}; {os.cpu_count()} CPUs", flush=True)
-    traffic = build_traffic(args.batches, args.spans_per_body, args.seed)
+def run_shape(shape: str, args: argparse.Namespace) -> list[str]:
+    """Build ``shape``'s traffic, measure ``args.repeats`` pairs, print the table; the problems."""
+    traffic = build_traffic(args.batches, args.spans_per_body, args.seed, shape)
     spans = sum(traffic.spans)
-    print(f"traffic: {args.batches} bodies x {args.spans_per_body} spans = {spans:,} spans in "
+    print(f"[{shape}] traffic: {args.batches} bodies x {traffic.spans[0]} spans = {spans:,} spans in "
           f"{sum(traffic.traces):,} traces ({spans / sum(traffic.traces):.1f} spans/trace), "
           f"{traffic.mean_body_bytes / 1e3:,.0f} kB a body; built with the OpenTelemetry SDK in "
           f"{traffic.seconds:.1f}s (not timed)", flush=True)
@@ -983,14 +1024,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind in order:
                 r = measure(kind, traffic_path, args, Path(tmp))
                 results[kind].append(r)
-                print(f"  run {round_ + 1}/{args.repeats} {kind:<8}: {describe(r)}", flush=True)
+                print(f"  [{shape}] pair {round_ + 1}/{args.repeats} {kind:<8}: {describe(r)}", flush=True)
                 for p in r.problems:
                     print(f"    PROBLEM ({kind}): {p}", flush=True)
                 if r.log_tail:
                     lines = "\n".join(f"      | {line}" for line in r.log_tail)
                     print(f"    {kind}'s last stderr lines:\n{lines}", flush=True)
                 problems += r.problems
-    print_table(results, traffic, args)
+    print_table(results, traffic, args, shape)
     last = results["ragmon"][-1]
     if last.final:
         f = last.final
@@ -1000,6 +1041,18 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"received; acknowledged by ragmon: {last.load.total_traces:,} traces, "
               f"{last.load.total_spans:,} spans; "
               f"{f.get('ragmon_requests_rejected_total', 0):,.0f} requests rejected")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"python {platform.python_version()}, ragmon {version('ragmon')} ({git_revision()}), "
+          f"aiohttp "
+          f"{version('aiohttp')}, protobuf {version('protobuf')}, opentelemetry-sdk "
+          f"{version('opentelemetry-sdk')}; {os.cpu_count()} CPUs", flush=True)
+    problems: list[str] = []
+    for shape in args.shapes:
+        problems += run_shape(shape, args)
     if problems:
         print(f"{len(problems)} problem(s), see PROBLEM lines above")
         return 1
