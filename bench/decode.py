@@ -27,11 +27,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ingest import build_traffic  # noqa: E402
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+from ingest import build_traffic
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from ragmon.conventions import SELECTION  # noqa: E402
-from ragmon.otlp.decode import python_decode_protobuf  # noqa: E402
+from ragmon.conventions import SELECTION
+from ragmon.otlp.decode import python_decode_protobuf
 
 
 def cpu_ns() -> int:

@@ -28,7 +28,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from otel_helpers import to_protobuf
 from test_conventions_real import instrumented_openai, langchain, openai_server  # noqa: F401 (fixtures)
 from test_decode_hostile import EVENT, SELECTION
-from test_fuzz_decode import PROTOBUF_SEEDS, _deep, _TREES, mutated
+from test_fuzz_decode import _TREES, PROTOBUF_SEEDS, _deep, mutated
 
 from ragmon.errors import DecodeError
 from ragmon.model import AttributeFilter
@@ -404,12 +404,12 @@ def test_real_payloads_mutated_and_hand_built_trees(body: bytes, selection: Span
 # -- real instrumentations ------------------------------------------------------------------------
 
 
-def test_openinference_langchain_payload(langchain: Any) -> None:
+def test_openinference_langchain_payload(langchain: Any) -> None:  # noqa: F811 (the fixture)
     """A retrieval chain under OpenInference's LangChain instrumentor: documents, messages, JSON."""
-    from test_conventions_real import _PROMPT, QUESTION, _format, _store
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
     from langchain_core.output_parsers import StrOutputParser
     from langchain_core.runnables import RunnablePassthrough
+    from test_conventions_real import _PROMPT, QUESTION, _format, _store
 
     retriever = _store().as_retriever(search_kwargs={"k": 3})
     chain = {"context": retriever | _format, "question": RunnablePassthrough()} | _PROMPT | FakeListChatModel(responses=["Zzz."]) | StrOutputParser()
@@ -422,7 +422,7 @@ def test_openinference_langchain_payload(langchain: Any) -> None:
 
 
 @pytest.mark.parametrize("instrumented_openai", [None, "SPAN_AND_EVENT"], indirect=True)
-def test_openai_v2_payload(openai_server: str, instrumented_openai: Any) -> None:
+def test_openai_v2_payload(openai_server: str, instrumented_openai: Any) -> None:  # noqa: F811 (the fixtures)
     """The OpenTelemetry openai-v2 instrumentation through the real client (GenAI attributes,
     a retrieval span, with and without message content on spans and events)."""
     from test_conventions_real import _ask

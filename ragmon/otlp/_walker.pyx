@@ -426,9 +426,6 @@ cdef class _Raw:
         self.buf, self.s, self.e = buf, s, e
 
 
-cdef _Raw _EMPTY = _Raw(b"", 0, 0)
-
-
 def _read(_Raw raw):
     """``_pb_read`` for ``_Raw`` values: the kind and payload of one ``AnyValue``."""
     cdef Buf p = <Buf>PyBytes_AS_STRING(raw.buf)
@@ -739,21 +736,20 @@ cdef int _put(dict out, object key, Py_ssize_t key_len, bint key_ascii, object b
 
 cdef struct Entry:
     Py_ssize_t ks, ke        # key
-    Py_ssize_t vs, ve        # the first value piece
     Py_ssize_t first, pieces # where the value pieces begin, how many
     bint valid               # a map entry with an unknown field is not in the map
 
 
 cdef inline int _entry(Buf p, Py_ssize_t pos, Py_ssize_t end, Entry* en) except -1:
     cdef Field f
-    en.ks = en.ke = en.vs = en.ve = en.first = en.pieces = 0
+    en.ks = en.ke = en.first = en.pieces = 0
     en.valid = True
     while _next(p, &pos, end, &f):
         if f.number == 1 and f.wire == LEN:
             en.ks, en.ke = f.s, f.e
         elif f.number == 2 and f.wire == LEN:
             if en.pieces == 0:
-                en.first, en.vs, en.ve = f.start, f.s, f.e
+                en.first = f.start
             en.pieces += 1
         else:
             en.valid = False
@@ -985,7 +981,10 @@ def decode_protobuf(body, selection):
     cdef Buf p = <Buf>PyBytes_AS_STRING(body)
     cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
     cdef int status
-    with nogil:
+    if n >= 65536:  # a big body, decoded in a worker thread: the event loop's thread runs meanwhile
+        with nogil:
+            status = _validate(p, 0, n, M_REQUEST, 0)
+    else:
         status = _validate(p, 0, n, M_REQUEST, 0)
     if status != OK:
         raise DecodeError(_PREFIX + _MESSAGES[status])
@@ -1002,8 +1001,7 @@ def decode_protobuf(body, selection):
         res = _attributes(body, p, f.s, f.e, 1, True, plan.resource, limit, True)
         service = ""
         if res.service_e >= 0:
-            with_value = _Entry_value(p, res.service_s, res.service_e, &a)
-            if with_value and a.case == 1:
+            if _entry_value(p, res.service_s, res.service_e, &a) and a.case == 1:
                 service = _text(p, a.s, a.e)
                 if len(service) > limit:
                     service = service[:limit]
@@ -1027,7 +1025,7 @@ def decode_protobuf(body, selection):
     return result
 
 
-cdef bint _Entry_value(Buf p, Py_ssize_t s, Py_ssize_t e, Any* a) except -1:
+cdef bint _entry_value(Buf p, Py_ssize_t s, Py_ssize_t e, Any* a) except -1:
     """The ``AnyValue`` of a map entry (its pieces merged); False if the entry has none."""
     cdef Field f
     cdef bint found = False
