@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("compiled decoder: not built (pip install . with a C compiler); Python only")
     else:
         decoders["compiled"] = lambda body: compiled(body, SELECTION)
-        if [s.__class__ for s in compiled(bodies[0], SELECTION).spans] != [s.__class__ for s in python_decode_protobuf(bodies[0], SELECTION).spans]:
+        if any(compiled(body, SELECTION).spans != python_decode_protobuf(body, SELECTION).spans for body in bodies):
             raise SystemExit("the decoders disagree")
     print(f"{len(bodies)} bodies of {args.spans_per_body} spans ({traffic.mean_body_bytes / args.spans_per_body:.0f} bytes a span), "
           f"{args.repeats} repeats of {args.seconds:g} s each")

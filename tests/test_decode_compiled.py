@@ -196,7 +196,8 @@ def test_flat_arrays_at_every_limit() -> None:
     b"", b"\x00", b"\x0a\x05", field(0, 0, b"\x01"), field(5, 4, b""), field(5, 3, b""), field(5, 3, b"") + field(6, 4, b""),
     field(5, 6, b""), field(5, 7, b""), field(5, 0, b"\xff" * 10 + b"\x01"), field(5, 0, b"\xff" * 9 + b"\x7f"),
     b"\xff\xff\xff\xff\x7f\x00", b"\x88\x80\x80\x80\x80\x00\x00", b"\x88\x80\x80\x80\x00\x00",  # tags: too large, 6 bytes, 5 bytes
-    field(2**29 - 1, 0, b"\x00"), b"\x0a" + b"\xff\xff\xff\xff\x0f", b"\x0a" + varint(0, pad=9),  # an overlong length
+    field(2**29 - 1, 0, b"\x00"), b"\x0b\x00\x01\x0c", b"\x0b\x03\x00\x00\x04\x0c", b"\x0b\x04\x0c",  # field 0 in a group: upb skips it
+    b"\x0b\x0e\x0c", b"\x0b\x80\x80\x80\x80\x10\x00\x0c", b"\x0a" + b"\xff\xff\xff\xff\x0f", b"\x0a" + varint(0, pad=9),  # an overlong length
     b"\x0a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x02", b"\x0a\x80\x80\x80\x80\x00", b"\x0a\x80\x80\x80\x80\x80\x00",
     field(5, 0, b"\x80" * 9 + b"\x02") + field(6, 1, b"\x01" * 8),
     field(7, 3, b"") * 100 + field(7, 4, b"") * 100, field(7, 3, b"") * 101 + field(7, 4, b"") * 101,

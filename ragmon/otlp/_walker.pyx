@@ -102,15 +102,16 @@ cdef inline bint _varint(Buf p, Py_ssize_t* pos, Py_ssize_t end, uint64_t* out) 
     return False
 
 
-cdef inline bint _tag(Buf p, Py_ssize_t* pos, Py_ssize_t end, uint32_t* field, int* wire) noexcept nogil:
-    """A field tag: at most 5 bytes, a 32-bit value, field number not 0, wire type 0-5."""
+cdef inline bint _tag(Buf p, Py_ssize_t* pos, Py_ssize_t end, uint32_t* field, int* wire, bint in_group=False) noexcept nogil:
+    """A field tag: at most 5 bytes, a 32-bit value, wire type 0-5, field number not 0 (upb
+    lets 0 pass in a group it skips)."""
     cdef Py_ssize_t start = pos[0]
     cdef uint64_t value
     if not _varint(p, pos, end, &value) or pos[0] - start > 5 or value > <uint64_t>0xFFFFFFFFU:
         return False
     field[0] = <uint32_t>(value >> 3)
     wire[0] = <int>(value & 7)
-    return field[0] != 0 and wire[0] <= 5
+    return (field[0] != 0 or in_group) and wire[0] <= 5
 
 
 cdef inline bint _length(Buf p, Py_ssize_t* pos, Py_ssize_t end, Py_ssize_t* size) noexcept nogil:
@@ -147,7 +148,7 @@ cdef int _skip(Buf p, Py_ssize_t* pos, Py_ssize_t end, uint32_t field, int wire,
         if depth + 1 > MAX_DEPTH:
             return CORRUPT
         while True:
-            if not _tag(p, pos, end, &inner, &inner_wire):
+            if not _tag(p, pos, end, &inner, &inner_wire, True):
                 return CORRUPT
             if inner_wire == EGROUP:
                 return OK if inner == field else CORRUPT
@@ -603,8 +604,24 @@ cdef class _Plan:
 
 
 @lru_cache(maxsize=16)
-def _plan(selection):
+def _compile(selection):
     return _Plan(selection)
+
+
+cdef object _last_selection = None
+cdef _Plan _last_plan = None
+
+
+cdef _Plan _plan(selection):
+    """The compiled selection (the last one by identity: a sidecar decodes with one selection;
+    others by value, a few kept)."""
+    global _last_selection, _last_plan
+    if selection is _last_selection:
+        return _last_plan
+    plan = _compile(selection)
+    _last_selection, _last_plan = None, plan  # never a selection with another's plan (threads)
+    _last_selection = selection
+    return plan
 
 
 # -- the Python decoder's pieces (bound on first use: decode.py imports this module) ----------------

@@ -7,6 +7,11 @@ kinds by a bounded walk); events are kept by name. A span with a malformed trace
 is rejected and counted (OTLP partial success); a body that cannot be parsed at all raises
 ``DecodeError`` (HTTP 400 / gRPC INVALID_ARGUMENT). Nothing else is raised, whatever the bytes.
 
+``decode_protobuf`` is the compiled decoder (``ragmon/otlp/_walker.pyx``, built by ``pip install``
+where a C compiler works) when it is built: it walks the wire bytes itself and gives the same
+spans, counts and errors as ``python_decode_protobuf``, the reference and the fallback
+(``RAGMON_DECODER=python`` forces it; ``DECODER`` says which runs).
+
 Hostile bodies are bounded (SPEC §10); every cut counts one in ``Decoded.truncated``:
 
 - span names, ``service.name`` and string or bytes values are cut to
@@ -329,6 +334,9 @@ def _keep_all(
 
 
 # -- protobuf ---------------------------------------------------------------------------------
+# ragmon/otlp/_walker.pyx mirrors _from_message, _pb_attributes, _pb_flat_array and _pb_events (and
+# reads values through _keep with its own reader): change them together; tests/test_decode_compiled.py
+# compares the two decoders.
 
 
 def _pb_read(value: Any) -> tuple[int, Any]:
