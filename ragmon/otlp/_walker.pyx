@@ -1,13 +1,15 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The compiled protobuf decoder: ``ragmon.otlp.decode.decode_protobuf``, walking the wire bytes.
 
-Same spans, same counts, same ``DecodeError`` (message included) as the pure-Python decoder,
-which parses with upb into ``ragmon.otlp.wire.TraceRequest`` and reads the parsed message:
+Same spans, same counts, same ``DecodeError`` as the pure-Python decoder, which parses with
+upb into ``ragmon.otlp.wire.TraceRequest`` and reads the parsed message (the same message too,
+but of a body with several faults upb may name another one first: it checks a string's UTF-8
+before it finds that the string runs past its message):
 
-1. ``_validate`` walks the whole body as upb parses it (without the GIL): the schema of
+1. ``_validate`` walks the whole body as upb parses it (a big one without the GIL): the schema of
    ``wire.py`` (a declared field with another wire type is an unknown field), every tag,
    varint, length and group checked, declared strings checked as UTF-8, messages and groups
-   nested at most 100 deep. Any fault is the ``DecodeError`` upb's message gives.
+   nested at most 100 deep (upb's limit), field number 0 refused except inside a skipped group.
 2. The walk that builds spans trusts the bytes (still bounds-checked) and reads them as the
    parsed message reads: the last value of a repeated scalar wins, a message field sent twice
    is merged (its bytes concatenated), a ``oneof`` member replaces the others, an attribute
