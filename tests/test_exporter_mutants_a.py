@@ -16,6 +16,7 @@ from ragmon import __version__
 from ragmon.export.exporter import RagMetrics
 from ragmon.export.labels import OTHER
 from ragmon.model import RagRecord
+from ragmon.otlp.decode import DECODER
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 WALL = 1_700_000_000.0
@@ -139,7 +140,7 @@ def test_label_values_are_cut_and_capped_as_configured() -> None:
 
 def test_build_info_names_the_running_version() -> None:
     _, registry = _metrics()
-    assert select(samples(registry), "ragmon_build_info") == [("ragmon_build_info", {"version": __version__}, 1.0)]
+    assert select(samples(registry), "ragmon_build_info") == [("ragmon_build_info", {"version": __version__, "decoder": DECODER}, 1.0)]
 
 
 def test_histogram_exemplars_carry_the_wall_clock_time_of_their_flush() -> None:

@@ -60,6 +60,7 @@ from ragmon.metrics.windows import (
     WindowStore,
 )
 from ragmon.model import RagRecord
+from ragmon.otlp.decode import DECODER
 
 if TYPE_CHECKING:
     pass
@@ -390,7 +391,7 @@ class RagMetrics:
             before=self.flush,
         ))
         info = Gauge(cat.BUILD_INFO.name, cat.BUILD_INFO.help, cat.BUILD_INFO.labels, registry=registry)
-        info.labels(__version__).set(1)
+        info.labels(DECODER, __version__).set(1)
         registry.register(_WindowCollector(self))
         registry.register(StatsCollector(self._own_stats))
 

@@ -7,6 +7,11 @@ kinds by a bounded walk); events are kept by name. A span with a malformed trace
 is rejected and counted (OTLP partial success); a body that cannot be parsed at all raises
 ``DecodeError`` (HTTP 400 / gRPC INVALID_ARGUMENT). Nothing else is raised, whatever the bytes.
 
+``decode_protobuf`` is the compiled decoder (``ragmon/otlp/_walker.pyx``, built by ``pip install``
+where a C compiler works) when it is built: it walks the wire bytes itself and gives the same
+spans, counts and errors as ``python_decode_protobuf``, the reference and the fallback
+(``RAGMON_DECODER=python`` forces it; ``DECODER`` says which runs).
+
 Hostile bodies are bounded (SPEC §10); every cut counts one in ``Decoded.truncated``:
 
 - span names, ``service.name`` and string or bytes values are cut to
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -53,7 +59,9 @@ __all__ = [
     "MAX_VALUE_DEPTH",
     "Decoded",
     "SpanSelection",
+    "DECODER",
     "decode_protobuf",
+    "python_decode_protobuf",
     "decode_json",
     "count_spans",
     "SharedResource",
@@ -326,6 +334,9 @@ def _keep_all(
 
 
 # -- protobuf ---------------------------------------------------------------------------------
+# ragmon/otlp/_walker.pyx mirrors _from_message, _pb_attributes, _pb_flat_array and _pb_events (and
+# reads values through _keep with its own reader): change them together; tests/test_decode_compiled.py
+# compares the two decoders.
 
 
 def _pb_read(value: Any) -> tuple[int, Any]:
@@ -532,8 +543,9 @@ def span_from_values(
     return span, cuts
 
 
-def decode_protobuf(body: bytes, selection: SpanSelection) -> Decoded:
-    """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse."""
+def python_decode_protobuf(body: bytes, selection: SpanSelection) -> Decoded:
+    """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse.
+    The pure-Python decoder: ``decode_protobuf`` unless the compiled one is built (see ``DECODER``)."""
     request = TraceRequest()
     try:
         request.ParseFromString(body)
@@ -915,3 +927,25 @@ def _json_span(
     )
     result.spans.append(decoded)
     result.truncated += cuts + cut + name_cut
+
+
+# -- the protobuf decoder that runs ------------------------------------------------------------------
+
+
+def _choose() -> tuple[str, Callable[[bytes, SpanSelection], Decoded]]:
+    """The compiled decoder (``ragmon/otlp/_walker.pyx``: the same spans, counts and errors as
+    ``python_decode_protobuf``, several times faster) when it is built, unless the environment
+    variable ``RAGMON_DECODER`` is ``python``; else the pure-Python one."""
+    if os.environ.get("RAGMON_DECODER", "").strip().lower() != "python":
+        try:
+            from ragmon.otlp._walker import decode_protobuf as compiled
+        except ImportError:
+            pass
+        else:
+            return "compiled", compiled
+    return "python", python_decode_protobuf
+
+
+DECODER, decode_protobuf = _choose()
+"""``DECODER``: which protobuf decoder runs, ``compiled`` or ``python`` (``ragmon_build_info``'s
+``decoder`` label). ``decode_protobuf(body, selection)``: that decoder."""
