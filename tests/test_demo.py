@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -38,14 +39,34 @@ def _start(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def _metrics_port(process: subprocess.Popen[str], seen: list[str]) -> int:
-    assert process.stdout is not None
-    for line in process.stdout:
-        seen.append(line)
-        found = URL.search(line)
-        if found:
-            return int(found.group(1))
-    raise AssertionError("no metrics URL printed:\n" + "".join(seen))
+class _Output:
+    """Every line the demo prints, read by a thread (the test waits on them as they come)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    def metrics_port(self, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if found := URL.search(line):
+                    return int(found.group(1))
+            time.sleep(0.05)
+        raise AssertionError("no metrics URL printed:\n" + "".join(self.lines))
+
+    def finish(self, timeout: float = 60.0) -> str:
+        """Wait for the process to end; everything it printed."""
+        self.process.wait(timeout)
+        self._reader.join(10)
+        return "".join(self.lines)
 
 
 def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -61,13 +82,12 @@ def _closed(port: int) -> bool:
 
 def test_demo_end_to_end_shows_the_drop_and_agrees_with_the_service() -> None:
     process = _start("--duration", "16", "--rate", "25")
-    seen: list[str] = []
-    port = _metrics_port(process, seen)
+    output = _Output(process)
+    port = output.metrics_port()
     time.sleep(6)
     mid = _scrape(port)
-    out, _ = process.communicate(timeout=60)
-    lines = seen + out.splitlines(keepends=True)
-    text = "".join(lines)
+    text = output.finish()
+    lines = text.splitlines(keepends=True)
     assert process.returncode == 0, text
     assert "Traceback" not in text
     assert f"status page: http://127.0.0.1:{port}/" in text
@@ -104,11 +124,11 @@ def test_demo_end_to_end_shows_the_drop_and_agrees_with_the_service() -> None:
 
 def test_ctrl_c_ends_the_demo_cleanly() -> None:
     process = _start("--duration", "120", "--rate", "20")
-    seen: list[str] = []
-    port = _metrics_port(process, seen)
+    output = _Output(process)
+    port = output.metrics_port()
     time.sleep(3)
     process.send_signal(signal.SIGINT)
-    out, _ = process.communicate(timeout=30)
+    out = output.finish(30)
     assert process.returncode == 130
     assert "Traceback" not in out
     assert "done. The service's own count" in out
@@ -120,7 +140,7 @@ def test_with_a_configured_judge_the_view_shows_its_faithfulness(tmp_path: Path)
         config = tmp_path / "ragmon.toml"
         config.write_text(f'[judge]\nbase_url = "{judge.base_url}"\nsample_rate = 1.0\n')
         process = _start("--config", str(config), "--duration", "8", "--rate", "10")
-        out, _ = process.communicate(timeout=60)
+        out = _Output(process).finish()
         assert process.returncode == 0, out
         assert judge.requests
     assert "judge:       llm" in out, out
