@@ -29,7 +29,7 @@ class _SlowCollector:
 
 def test_a_slow_family_does_not_hold_the_loop_while_a_scrape_renders() -> None:
     async def run() -> tuple[str, float, list[float]]:
-        app = metrics_app(_SlowCollector(), token="", status_page=lambda: "", ready=lambda: True)  # type: ignore[arg-type]
+        app = metrics_app(_SlowCollector(), token="", status_page=lambda: "", ready=lambda: True)
         async with TestServer(app) as server, ClientSession() as client:
             scrape = asyncio.create_task(client.get(server.make_url("/metrics")))
             await asyncio.sleep(0.05)
