@@ -24,11 +24,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from otel_helpers import to_protobuf
 from test_conventions_real import instrumented_openai, langchain, openai_server  # noqa: F401 (fixtures)
 from test_decode_hostile import EVENT, SELECTION
 from test_fuzz_decode import _TREES, PROTOBUF_SEEDS, _deep, mutated
+from test_fuzz_decode import _pb_containers as _containers
 
 from ragmon.errors import DecodeError
 from ragmon.model import AttributeFilter
@@ -329,21 +330,6 @@ _SCALARS = st.one_of(
     st.builds(lambda v: AnyValue(bytes_value=v), st.binary(max_size=30)),
     st.just(AnyValue()),
 )
-
-
-def _containers(inner: st.SearchStrategy[AnyValue]) -> st.SearchStrategy[AnyValue]:
-    def array(values: list[AnyValue]) -> AnyValue:
-        value = AnyValue()
-        value.array_value.values.extend(values)
-        return value
-
-    def kvlist(pairs: list[tuple[str, AnyValue]]) -> AnyValue:
-        value = AnyValue()
-        value.kvlist_value.values.extend(KeyValue(key=k, value=v) for k, v in pairs)
-        return value
-
-    return st.one_of(st.builds(array, st.lists(inner, max_size=6)),
-                     st.builds(kvlist, st.lists(st.tuples(st.sampled_from(["a", "b", "é", ""]) | st.text(max_size=4), inner), max_size=5)))
 
 
 _VALUES = st.recursive(_SCALARS, _containers, max_leaves=30)
