@@ -8,7 +8,7 @@ Usage::
 
 What it does
 ------------
-Starts ``python -m ragmon run`` (OTLP/HTTP and ``/metrics`` on free 127.0.0.1 ports, gRPC off,
+Starts ``python -m ragmon run`` as bench/ingest.py does (OTLP/HTTP and ``/metrics`` on free 127.0.0.1 ports, gRPC off,
 every other setting at its default) and fills it with ``--pairs`` (service, variant) pairs of
 RAG traffic (OpenInference traces built with the OpenTelemetry SDK and encoded with its OTLP
 exporter's encoder: retrieval with labels, an LLM call; every pair gets every series family),
@@ -30,9 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,16 +46,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-ROOT = Path(__file__).resolve().parent.parent
-PORTS = re.compile(r"metrics on [\d.]+:(\d+); OTLP/HTTP on [\d.]+:(\d+)")
-CONFIG = """\
-[receiver]
-http = "127.0.0.1:0"
-grpc = ""
-[metrics]
-listen = "127.0.0.1:0"
-linger = "0s"
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ingest  # noqa: E402  (bench/ingest.py: starting ``ragmon run`` at its default configuration)
 
 
 def _traces(service: str, variants: Sequence[str], per_variant: int, rng: random.Random) -> bytes:
@@ -86,30 +76,6 @@ def _traces(service: str, variants: Sequence[str], per_variant: int, rng: random
                     span.set_attribute("llm.token_count.completion", 20)
     provider.shutdown()
     return bytes(encode_spans(exporter.get_finished_spans()).SerializeToString())
-
-
-class Ragmon:
-    """``ragmon run`` in its own process; ports read from its start-up line."""
-
-    def __init__(self, workdir: Path) -> None:
-        config = workdir / "ragmon.toml"
-        config.write_text(CONFIG)
-        self.proc = subprocess.Popen([sys.executable, "-m", "ragmon", "run", "--config", str(config)], cwd=ROOT,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.tail: deque[str] = deque(maxlen=20)
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.tail.append(line)
-            if m := PORTS.search(line):
-                self.metrics, self.http = int(m.group(1)), int(m.group(2))
-                break
-        else:
-            raise RuntimeError("ragmon did not start:\n" + "".join(self.tail))
-        threading.Thread(target=lambda: deque(self.proc.stderr or (), maxlen=0), daemon=True).start()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
 
 
 def scrape(port: int, openmetrics: bool = False) -> tuple[float, bytes]:
@@ -150,7 +116,7 @@ async def post_steadily(port: int, bodies: deque[bytes], rate: float, seconds: f
     return times
 
 
-def phase(ragmon: Ragmon, bodies: deque[bytes], args: argparse.Namespace, scraping: bool) -> tuple[list[float], list[float]]:
+def phase(ports: dict[str, int], bodies: deque[bytes], args: argparse.Namespace, scraping: bool) -> tuple[list[float], list[float]]:
     """Post for ``args.seconds``, scraping in a thread when ``scraping``: (post times, scrape times)."""
     done = threading.Event()
     scrapes: list[float] = []
@@ -158,14 +124,14 @@ def phase(ragmon: Ragmon, bodies: deque[bytes], args: argparse.Namespace, scrapi
     def scraper() -> None:
         while not done.is_set():
             started = time.perf_counter()
-            scrapes.append(scrape(ragmon.metrics)[0])
+            scrapes.append(scrape(ports["metrics"])[0])
             done.wait(max(0.0, args.every - (time.perf_counter() - started)))
 
     thread = threading.Thread(target=scraper, daemon=True)
     if scraping:
         thread.start()
     try:
-        posts = asyncio.run(post_steadily(ragmon.http, bodies, args.rate, args.seconds))
+        posts = asyncio.run(post_steadily(ports["http"], bodies, args.rate, args.seconds))
     finally:
         done.set()
         if scraping:
@@ -192,23 +158,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     posts_needed = int(args.rate * args.seconds * 2 * args.repeats * 1.1) + 10
     small = deque(_traces("probe-svc", ["a"], 1, rng) for _ in range(posts_needed))
     with tempfile.TemporaryDirectory() as tmp:
-        ragmon = Ragmon(Path(tmp))
+        ragmon = ingest.start_server("ragmon", Path(tmp))
         try:
+            ports = ragmon.wait_ports()
             for body in seed:
                 urllib.request.urlopen(urllib.request.Request(
-                    f"http://127.0.0.1:{ragmon.http}/v1/traces", data=body,
+                    f"http://127.0.0.1:{ports['http']}/v1/traces", data=body,
                     headers={"Content-Type": "application/x-protobuf"}), timeout=30).read()
             time.sleep(3.0)  # past the 2 s grace: every seeded trace scored
-            text_seconds, body = scrape(ragmon.metrics)
+            text_seconds, body = scrape(ports["metrics"])
             samples = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
-            om_seconds = scrape(ragmon.metrics, openmetrics=True)[0]
+            om_seconds = scrape(ports["metrics"], openmetrics=True)[0]
             print(f"/metrics: {samples} samples, {len(body) / 1e6:.1f} MB; one scrape {text_seconds * 1000:.0f} ms "
                   f"(OpenMetrics {om_seconds * 1000:.0f} ms)")
             results: dict[str, list[tuple[float, float, float]]] = {"quiet": [], "scraping": []}
             scrape_times: list[float] = []
             for repeat in range(args.repeats):
                 for scraping in ((False, True) if repeat % 2 == 0 else (True, False)):
-                    posts, scrapes = phase(ragmon, small, args, scraping)
+                    posts, scrapes = phase(ports, small, args, scraping)
                     scrape_times += scrapes
                     results["scraping" if scraping else "quiet"].append(
                         (quantile(posts, 0.5), quantile(posts, 0.99), max(posts)))
