@@ -55,7 +55,7 @@ from ragmon.config import Config, ProbeConfig
 from ragmon.demo.corpus import Corpus, build_corpus
 from ragmon.demo.service import RagService, ask_app
 from ragmon.judge.client import endpoint_from_config
-from ragmon.demo.view import Values, alerts, plain, read_values, render
+from ragmon.demo.view import Values, alerts, plain, read_values, render, service_samples
 
 __all__ = ["SERVICE", "DemoOptions", "demo", "demo_config"]
 
@@ -292,14 +292,12 @@ def _summary(screen: _Screen, service: RagService, sidecar: Sidecar, k: int, fee
 
 def _counters(registry: Collector) -> dict[tuple[str, str, str], float]:
     found: dict[tuple[str, str, str], float] = {}
-    for family in registry.collect():
-        for s in family.samples:
-            if s.labels.get("service") != SERVICE:
-                continue
-            if s.name == "ragmon_traces_total":
-                found["traces", s.labels["variant"], ""] = s.value
-            elif s.name == "ragmon_retrieval_hits_total" and s.labels.get("source") == "golden":
-                found["hits", s.labels["variant"], s.labels["k"]] = s.value
+    for (name, labels), value in service_samples(registry, SERVICE).items():
+        lab = dict(labels)
+        if name == "ragmon_traces_total":
+            found["traces", lab["variant"], ""] = value
+        elif name == "ragmon_retrieval_hits_total" and lab.get("source") == "golden":
+            found["hits", lab["variant"], lab["k"]] = value
     return found
 
 

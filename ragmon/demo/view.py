@@ -20,7 +20,7 @@ from rich.text import Text
 
 from ragmon.ops.rules import ALERTS, Thresholds
 
-__all__ = ["MIN_SAMPLES", "Row", "Values", "alerts", "plain", "read_values", "render"]
+__all__ = ["MIN_SAMPLES", "Row", "Values", "alerts", "plain", "read_values", "render", "service_samples"]
 
 MIN_SAMPLES = 20
 """Scored retrievals (or judged answers) a window needs before the demo's alert check speaks
@@ -48,7 +48,8 @@ Values = Mapping[str, Row]
 """Rows by variant."""
 
 
-def _samples(registry: Collector, service: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+def service_samples(registry: Collector, service: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of ``service`` in ``registry`` (collected once), by (name, labels)."""
     found = {}
     for family in registry.collect():
         for sample in family.samples:
@@ -60,7 +61,7 @@ def _samples(registry: Collector, service: str) -> dict[tuple[str, frozenset[tup
 def read_values(registry: Collector, service: str, window: str, k: int, source: str = "golden") -> dict[str, dict[str, Row]]:
     """``{window: {variant: Row}}`` for ``service`` from ``registry`` (collected once), for
     ``window`` and every other window present; hit rate at ``k`` against ``source`` labels."""
-    samples = _samples(registry, service)
+    samples = service_samples(registry, service)
     requests: dict[str, float] = {}
     fields: dict[tuple[str, str], dict[str, object]] = {}
     for (name, labels), value in samples.items():
