@@ -317,15 +317,7 @@ def resolve_documents(
             if doc_id:
                 break
         if not doc_id:
-            if text is not None:
-                doc_id = content_hash(text)
-            elif isinstance(get("metadata"), (str, Mapping)):
-                meta = doc["metadata"]
-                doc_id = content_hash(
-                    meta if isinstance(meta, str) else json.dumps(meta, sort_keys=True)
-                )
-            else:
-                doc_id = f"#{rank}"
+            doc_id = _hashed_id(text, get("metadata"), rank)
         score: Any = get("score")
         if type(score) is float:
             score = score if isfinite(score) else None
@@ -445,6 +437,15 @@ def resolve_flattened(
     return resolve_documents(raw, options, fallback_ids)
 
 
+def _hashed_id(text: str | None, metadata: object, rank: int) -> str:
+    """The id of a document that gave none: its content's hash, else its metadata's, else ``#rank``."""
+    if text is not None:
+        return content_hash(text)
+    if isinstance(metadata, (str, Mapping)):
+        return content_hash(metadata if isinstance(metadata, str) else json.dumps(metadata, sort_keys=True))
+    return f"#{rank}"
+
+
 def _resolve_probed(
     attributes: Mapping[str, AttrValue],
     prefix: str,
@@ -465,24 +466,19 @@ def _resolve_probed(
         id_value = get(id_key, missing)
         score = get(score_key, missing)
         content = get(content_key, missing)
-        metadata = get(metadata_key, missing)
-        if id_value is missing and score is missing and content is missing and metadata is missing:
-            break
         text = content if isinstance(content, str) else None
-        doc_id = (id_value or None) if type(id_value) is str else _id_text(id_value)
-        if doc_id is None and fallback_ids is not None:
-            if fallback is None:
-                fallback = fallback_ids()
-            doc_id = fallback[rank] if rank < len(fallback) else None
-        if not doc_id:
-            if text is not None:
-                doc_id = content_hash(text)
-            elif isinstance(metadata, (str, Mapping)):
-                doc_id = content_hash(
-                    metadata if isinstance(metadata, str) else json.dumps(metadata, sort_keys=True)
-                )
-            else:
-                doc_id = f"#{rank}"
+        if type(id_value) is str and id_value:  # the usual case: the metadata is not needed
+            doc_id: str = id_value
+        else:
+            metadata = get(metadata_key, missing)
+            if id_value is missing and score is missing and content is missing and metadata is missing:
+                break
+            found = None if type(id_value) is str else _id_text(id_value)
+            if found is None and fallback_ids is not None:
+                if fallback is None:
+                    fallback = fallback_ids()
+                found = fallback[rank] if rank < len(fallback) else None
+            doc_id = found or _hashed_id(text, metadata, rank)
         if type(score) is float:
             score = score if isfinite(score) else None
         else:

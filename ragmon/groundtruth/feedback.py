@@ -133,8 +133,8 @@ class Kept:
 
 def entry_size(ranking: Sequence[str], service: str, variant: str) -> int:
     """Bytes counted for one kept trace: every id and string (UTF-8) plus the fixed overhead."""
-    strings = [*ranking, service, variant]
-    return ENTRY_OVERHEAD_BYTES + sum(len(s.encode("utf-8", "surrogatepass")) for s in strings)
+    text = "".join([*ranking, service, variant])  # UTF-8 is per character: one encoding of all
+    return ENTRY_OVERHEAD_BYTES + (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")))
 
 
 class FeedbackStore:

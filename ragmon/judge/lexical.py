@@ -53,15 +53,31 @@ def sentence_support(answer: str, contexts: Iterable[str | None], threshold: flo
     """For each answer sentence with content tokens: are >= ``threshold`` of them in the context?"""
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-    vocabulary = set().union(*(_TOKEN.findall(_clean(c)) for c in contexts if c)) - STOPWORDS
-    out: list[bool] = []
-    for sentence in split_sentences(answer):
-        tokens = content_tokens(sentence)
-        if not tokens:
-            continue
-        present = sum(1 for t in tokens if t in vocabulary)
-        out.append(present / len(tokens) >= threshold)
-    return out
+    sentences = [tokens for tokens in map(content_tokens, split_sentences(answer)) if tokens]
+    if not sentences:
+        return []
+    text = "\n".join([_clean(c) for c in contexts if c])  # no token spans a line break
+    vocabulary = {t for t in set().union(*sentences) if _has_token(text, t)}
+    return [sum(1 for t in tokens if t in vocabulary) / len(tokens) >= threshold for tokens in sentences]
+
+
+def _is_word(ch: str) -> bool:
+    """Whether ``ch`` is a ``\\w`` character (``str.isalnum()`` or ``_``, as ``re`` defines it)."""
+    return ch.isalnum() or ch == "_"
+
+
+def _has_token(text: str, token: str) -> bool:
+    """Whether ``token`` (``\\w`` characters) is one of ``text``'s ``\\w+`` runs: found with
+    ``str.find`` and no word character on either side (no token list of the whole text)."""
+    end = len(text)
+    size = len(token)
+    at = text.find(token)
+    while at >= 0:
+        after = at + size
+        if (at == 0 or not _is_word(text[at - 1])) and (after == end or not _is_word(text[after])):
+            return True
+        at = text.find(token, after)
+    return False
 
 
 def lexical_faithfulness(

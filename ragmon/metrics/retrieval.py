@@ -35,11 +35,13 @@ __all__ = [
     "score_all",
     "ranked_gains",
     "ideal_gains",
+    "relevant_prefix",
     "relevant_in_top",
     "hit_of",
     "reciprocal_rank_of",
     "recall_of",
     "precision_of",
+    "dcg_prefix",
     "dcg_of",
     "ndcg_of",
 ]
@@ -86,9 +88,20 @@ def ideal_gains(grades: Mapping[Any, float]) -> list[float]:
     return sorted((g for g in grades.values() if g > 0), reverse=True)
 
 
+def relevant_prefix(gains: Sequence[float], depth: int) -> list[int]:
+    """Relevant documents (gain above 0) in the top 0, 1, …, ``depth``: item k is the top k's."""
+    out = [0] * (depth + 1)
+    found = 0
+    for rank in range(1, depth + 1):
+        if rank <= len(gains) and gains[rank - 1] > 0:
+            found += 1
+        out[rank] = found
+    return out
+
+
 def relevant_in_top(gains: Sequence[float], k: int) -> int:
-    """Number of relevant documents (gain above 0) in the top k."""
-    return sum(1 for g in gains[:k] if g > 0)
+    """Number of relevant documents (gain above 0) in the top k (``relevant_prefix``'s item k)."""
+    return relevant_prefix(gains, k)[k]
 
 
 def hit_of(found: int) -> float:
@@ -114,9 +127,23 @@ def precision_of(found: int, k: int) -> float:
     return found / k
 
 
+def dcg_prefix(gains: Sequence[float], depth: int) -> list[float]:
+    """DCG of the top 0, 1, …, ``depth`` (gain = grade, discount log2(rank + 1)), summed rank by
+    rank: item k is DCG@k (a short list's last value repeats)."""
+    out = [0.0] * (depth + 1)
+    total = 0.0
+    for rank, gain in enumerate(gains[:depth], start=1):
+        if gain > 0:
+            total += gain / math.log2(rank + 1)
+        out[rank] = total
+    for rank in range(len(gains) + 1, depth + 1):
+        out[rank] = total
+    return out
+
+
 def dcg_of(gains: Sequence[float], k: int) -> float:
-    """DCG of the top k: gain = grade, discount log2(rank + 1)."""
-    return sum(g / math.log2(rank + 1) for rank, g in enumerate(gains[:k], start=1) if g > 0)
+    """DCG of the top k (``dcg_prefix``'s item k)."""
+    return dcg_prefix(gains, k)[k]
 
 
 def ndcg_of(gains: Sequence[float], ideal: Sequence[float], k: int) -> float:
@@ -195,7 +222,7 @@ def score_all(
     """Every metric of one query: ``(rr, {k: (hit, recall, precision, ndcg)})``.
 
     The same kernels as the single-metric functions, with the grades read, the ranking
-    deduplicated and the ideal gains sorted once; ``None`` when nothing is relevant. For the
+    deduplicated, the ideal gains sorted and the DCG summed once for every k; ``None`` when nothing is relevant. For the
     sidecar, which scores each finished request at every k.
     """
     for k in ks:
@@ -204,9 +231,11 @@ def score_all(
     if judged is None:
         return None
     gains, grades, num_rel = judged
-    ideal = ideal_gains(grades)
+    depth = max(ks, default=0)
+    dcg, ideal_dcg = dcg_prefix(gains, depth), dcg_prefix(ideal_gains(grades), depth)
+    found_at = relevant_prefix(gains, depth)
     out: dict[int, tuple[float, float, float, float]] = {}
     for k in ks:
-        found = relevant_in_top(gains, k)
-        out[k] = (hit_of(found), recall_of(found, num_rel), precision_of(found, k), ndcg_of(gains, ideal, k))
+        found = found_at[k]
+        out[k] = (hit_of(found), recall_of(found, num_rel), precision_of(found, k), dcg[k] / ideal_dcg[k])
     return reciprocal_rank_of(gains), out

@@ -165,14 +165,16 @@ def local_root(spans: Iterable[Span]) -> Span | None:
 class _Pending:
     """A trace being assembled: its spans by span id, in arrival order."""
 
-    __slots__ = ("trace_id", "spans", "first_seen", "last_seen", "rooted", "size")
+    __slots__ = ("trace_id", "spans", "first_seen", "last_seen", "root", "size")
 
     def __init__(self, trace_id: bytes, now: float) -> None:
         self.trace_id = trace_id
         self.spans: dict[bytes, Span] = {}
         self.first_seen = now
         self.last_seen = now
-        self.rooted = False
+        self.root: Span | None = None
+        """The earliest-starting local root so far (the first of equal ones): ``local_root``'s
+        answer when one arrived, kept as spans are added."""
         self.size = 0
 
 
@@ -320,18 +322,20 @@ class TraceAssembler:
         if span.span_id in state.spans:
             self._dropped_duplicate += 1
             return
-        is_root = _is_local_root(span)
-        if len(state.spans) >= self._max_trace_spans and not (is_root and not state.rooted):
+        is_root = not span.parent_span_id or span.has_remote_parent
+        root = state.root
+        if len(state.spans) >= self._max_trace_spans and not (is_root and root is None):
             self._dropped_full += 1
             return
         state.spans[span.span_id] = span
         state.last_seen = now
-        state.rooted = state.rooted or is_root
+        if is_root and (root is None or span.start_ns < root.start_ns):
+            state.root = root = span
         self._held += 1
         self._held_bytes += span.size
         state.size += span.size
         self._accepted += 1
-        if state.rooted:
+        if root is not None:
             self._quiet[trace_id] = state
             self._quiet.move_to_end(trace_id)
         while self._held > self._max_spans or self._held_bytes > self._max_bytes:
@@ -355,5 +359,5 @@ class TraceAssembler:
             if len(self._finished_ids) > self._late_memory:
                 self._finished_ids.popitem(last=False)
         spans = tuple(state.spans.values())
-        return Trace(trace_id=state.trace_id, spans=spans, root=local_root(spans))
+        return Trace(state.trace_id, spans, state.root if state.root is not None else local_root(spans))
 

@@ -2,7 +2,8 @@
 (``price_calls``, also for the model calls of traces that are not RAG requests).
 
 Pure: ``score_record`` reads a ``RagRecord`` and returns a ``RecordScores``; it holds no state
-and reads no clock. The ranking scored is the one handed to generation: the reranker's output
+and reads no clock. The scores are never changed once made (not ``frozen``, as ``ragmon.model``'s
+per-request values, for the cost of a frozen ``__init__``). The ranking scored is the one handed to generation: the reranker's output
 when there was a reranker, else the retriever's (for source ``probe``, the ranking read from the
 response when the probe has ``response_ids``).
 """
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RetrievalScore:
     """Retrieval metrics of one query against one source of relevance (label, golden, …)."""
 
@@ -36,7 +37,7 @@ class RetrievalScore:
     ndcg: dict[int, float]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class PricedCall:
     """One model call's tokens and price. ``usd`` is None when the model has no price
     (``price_source="unpriced"``) or the span reported no usage (``"no_usage"``: no tokens
@@ -72,7 +73,7 @@ class ProbeLabels:
         return replace(record, answer=answer, reference_answer=reference)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RecordScores:
     """Everything ragmon derives from one record."""
 
@@ -103,14 +104,13 @@ def score_retrieval(ranking: Sequence[str], grades: dict[str, int] | dict[str, f
     if scored is None:
         return None
     rr, per_k = scored
-    return RetrievalScore(
-        source=source,
-        reciprocal_rank=rr,
-        hit={k: v[0] for k, v in per_k.items()},
-        recall={k: v[1] for k, v in per_k.items()},
-        precision={k: v[2] for k, v in per_k.items()},
-        ndcg={k: v[3] for k, v in per_k.items()},
-    )
+    hit: dict[int, float] = {}
+    recall: dict[int, float] = {}
+    precision: dict[int, float] = {}
+    ndcg: dict[int, float] = {}
+    for k, (hit[k], recall[k], precision[k], ndcg[k]) in per_k.items():  # one pass fills all four
+        pass
+    return RetrievalScore(source, rr, hit, recall, precision, ndcg)
 
 
 def score_judged_retrieval(ranking: Sequence[str], relevant_ids: Sequence[str], ks: Sequence[int]) -> RetrievalScore:
