@@ -312,7 +312,7 @@ FEEDBACK = _counter(
 )
 FEEDBACK_TRACES = _gauge("feedback_traces", "Scored RAG traces kept joinable by feedback.")
 FEEDBACK_TRACES_BYTES = _gauge(
-    "feedback_traces_bytes", "Bytes of the traces kept for feedback: ids and strings, plus 64 per trace.", unit="bytes",
+    "feedback_traces_bytes", "Bytes of the traces kept for feedback: their strings, plus 192 per trace.", unit="bytes",
 )
 FEEDBACK_TRACES_DROPPED = _counter(
     "feedback_traces_dropped",

@@ -340,8 +340,10 @@ class TracesConfig(_Section):
     max_pending: int = _count(50_000)
     max_spans: int = _count(1_000_000)
     """Spans held across all pending traces; past it the oldest trace is finished early."""
-    max_bytes: int = _count(256 * 1024 * 1024)
-    """Approximate bytes of span data held across pending traces; likewise."""
+    max_bytes: int = _count(128 * 1024 * 1024)
+    """Approximate bytes of span data held across pending traces; likewise (128 MiB: with the
+    queue's and the feedback store's bounds, a sidecar under sustained full load stays near
+    250 MB)."""
 
 
 _WINDOWS = ("5m", "1h")

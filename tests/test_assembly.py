@@ -525,3 +525,22 @@ def test_from_config_takes_the_byte_bound() -> None:
     a = TraceAssembler.from_config(TracesConfig(max_bytes=1500))
     a.add([replace(span(1, 1), size=1000), replace(span(2, 1), size=1000)], now=0.0)
     assert (a.stats().bytes_held, a.stats().traces_evicted) == (1000, 1)
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "root"),
+    [
+        ([(1, 5), (2, 5), (3, 5)], 1),  # equal starts: the first to arrive
+        ([(1, 5), (2, 3), (3, 4)], 2),  # the earliest start, whenever it arrived
+        ([(1, 5), (2, 5), (3, 2), (4, 2)], 3),
+    ],
+)
+def test_the_root_kept_as_spans_arrive_is_local_roots_answer(arrivals: list[tuple[int, int]], root: int) -> None:
+    """The assembler keeps a trace's root as its spans arrive (no pass over them when it
+    finishes): the same span ``local_root`` picks, ties to the first given."""
+    asm = assembler()
+    spans = [span(1, i, start=start) for i, start in arrivals] + [span(1, 99, parent=1, start=6)]
+    asm.add(spans, now=0.0)
+    (trace,) = asm.drain()
+    assert trace.root is local_root(trace.spans)
+    assert trace.root is not None and trace.root.span_id == sid(root)

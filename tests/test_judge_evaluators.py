@@ -9,6 +9,8 @@ import unicodedata
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ragmon.judge.evaluators import (
     SEVERITY_VALUE,
@@ -539,3 +541,26 @@ def test_answer_that_talks_the_judge_out_of_toxicity_reaches_it_as_data_only() -
     parsed = parse_verdict(verdict, attacked)
     assert isinstance(parsed, Verdicts)
     assert toxicity_score(parsed) == 1.0 and toxic_categories(parsed) == ("harassment", "violence")
+
+
+_LEXICAL_TEXT = st.lists(
+    st.sampled_from([*"ab_ .!?\n1é\u200bÅﬁ-ΣςA", "the", "cat", "ab", "ba", "capital"]), max_size=40
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_LEXICAL_TEXT, st.lists(st.one_of(st.none(), _LEXICAL_TEXT), max_size=4), st.sampled_from([0.1, 0.5, 0.6, 1.0]))
+def test_sentence_support_equals_a_lookup_in_every_context_token(answer: str, contexts: list[str | None], threshold: float) -> None:
+    """The estimate looks each answer token up in the contexts (``str.find`` and the ``\\w``
+    characters around it) instead of listing every context token: the same answer as a set of
+    all the contexts' ``\\w+`` runs, for underscores, digits, non-ASCII letters, ligatures and
+    invisible characters too."""
+    from ragmon.judge import lexical
+
+    vocabulary = set().union(*(re.findall(r"\w+", lexical._clean(c)) for c in contexts if c))
+    expected = [
+        sum(t in vocabulary for t in tokens) / len(tokens) >= threshold
+        for tokens in (content_tokens(s) for s in split_sentences(answer))
+        if tokens
+    ]
+    assert lexical.sentence_support(answer, contexts, threshold) == expected

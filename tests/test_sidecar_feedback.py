@@ -19,6 +19,7 @@ from test_sidecar import FakeClock, samples, scrape, value, wait_for
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, FeedbackConfig, MetricsConfig, ReceiverConfig, ScoringConfig
+from ragmon.groundtruth.feedback import entry_size
 
 SV = {"service": "rag-api", "variant": "B"}
 
@@ -167,7 +168,7 @@ def test_unknown_expired_and_evicted_traces_get_404(sidecar: tuple[Sidecar, Fake
     assert feedback(car, {"trace_id": ids[0], "name": "thumbs", "score": 1})[0] == 404
     v = samples(scrape(car.ports.metrics))
     assert value(v, "ragmon_feedback_traces") == 3
-    assert value(v, "ragmon_feedback_traces_bytes") == 3 * (64 + 2 + len("rag-api") + len("B"))
+    assert value(v, "ragmon_feedback_traces_bytes") == 3 * entry_size("d2", "rag-api", "B")
     assert value(v, "ragmon_feedback_traces_dropped_total", reason="evicted") == 1
     assert value(v, "ragmon_feedback_total", outcome="unknown_trace") == 2
     assert feedback(car, {"trace_id": ids[3], "name": "thumbs", "score": 1})[0] == 202

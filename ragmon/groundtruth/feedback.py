@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ __all__ = [
 
 OUTCOMES = ("accepted", "invalid", "unknown_trace", "expired", "duplicate")
 """``ragmon_feedback_total{outcome}``."""
-ENTRY_OVERHEAD_BYTES = 64
-"""Bytes counted per kept trace besides its ids and strings (the trace id, the time, the flag)."""
+ENTRY_OVERHEAD_BYTES = 192
+"""Bytes counted per kept trace besides its ids and strings: the entry object, its trace id, time
+and size, and its share of the store's tables (measured with tracemalloc, with room for the
+tables' growth: tests/test_feedback_store.py holds the count above what is held)."""
 MAX_BYTES = 256 * 1024 * 1024
 """Bytes of kept traces (``entry_size``) past which the oldest are evicted, whatever ``max_traces``."""
 MAX_NAME_CHARS = 64
@@ -119,22 +122,54 @@ def parse_feedback(body: Any) -> RelevanceFeedback | ScoreFeedback:
     return RelevanceFeedback(trace_id, grades)
 
 
+_JOIN = "\x00"
+"""Between the ids of a kept ranking held as one string."""
+
+
 @dataclass(slots=True)
 class Kept:
     """What feedback needs of one scored trace."""
 
-    ranking: tuple[str, ...]
+    ids: str | tuple[str, ...]
+    """The ranking's ids joined by NUL: one string object, not one per id (a tuple when an id is
+    empty or holds a NUL)."""
     service: str
     variant: str
     kept_at: float
     size: int
     relevance_taken: bool = False
 
+    @property
+    def ranking(self) -> tuple[str, ...]:
+        """The ranking's ids, best first."""
+        ids = self.ids
+        if isinstance(ids, tuple):
+            return ids
+        return tuple(ids.split(_JOIN)) if ids else ()
 
-def entry_size(ranking: Sequence[str], service: str, variant: str) -> int:
-    """Bytes counted for one kept trace: every id and string (UTF-8) plus the fixed overhead."""
-    text = "".join([*ranking, service, variant])  # UTF-8 is per character: one encoding of all
-    return ENTRY_OVERHEAD_BYTES + (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass")))
+
+def held_ids(ranking: Sequence[str]) -> str | tuple[str, ...]:
+    """``Kept.ids`` for ``ranking``."""
+    joined = _JOIN.join(ranking)
+    if (ranking and joined.count(_JOIN) != len(ranking) - 1) or any(not i for i in ranking):
+        return tuple(ranking)
+    return joined
+
+
+def _text_bytes(text: str) -> int:
+    """Bytes of a ``str`` object holding ``text`` (at least ``sys.getsizeof``, allocator rounding added)."""
+    return sys.getsizeof(text) + 16
+
+
+def entry_size(ids: str | tuple[str, ...], service: str, variant: str) -> int:
+    """Bytes counted for one kept trace: its ids (one string, or a tuple and its strings),
+    service and variant (counted on every entry, though entries often share them) and
+    ``ENTRY_OVERHEAD_BYTES`` (the entry, its trace id, time and size, and its slot in the store)."""
+    held = (
+        _text_bytes(ids) if isinstance(ids, str)
+        else sys.getsizeof(ids) + 16 + sum(_text_bytes(i) for i in ids)
+    )
+    return ENTRY_OVERHEAD_BYTES + held + _text_bytes(service) + _text_bytes(variant)
 
 
 class FeedbackStore:
@@ -164,8 +199,8 @@ class FeedbackStore:
         old = self._kept.pop(trace_id, None)
         if old is not None:
             self.bytes -= old.size
-        top = tuple(ranking[: self.keep_ids])
-        entry = Kept(top, service, variant, now, entry_size(top, service, variant))
+        ids = held_ids(ranking[: self.keep_ids])
+        entry = Kept(ids, service, variant, now, entry_size(ids, service, variant))
         self._kept[trace_id] = entry
         self.bytes += entry.size
         while len(self._kept) > self.max_traces or self.bytes > self.max_bytes:
