@@ -31,11 +31,13 @@ from prometheus_client.metrics_core import Metric
 from ragmon import __version__
 from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, read_trace, span_selection
+from ragmon.conventions.content import text_dropper
 from ragmon.export import server, status
 from ragmon.export.exporter import RagMetrics, StatsCollector
 from ragmon.groundtruth.feedback import Feedback, FeedbackStore
 from ragmon.groundtruth.prober import Probes
 from ragmon.groundtruth.relevance import Qrels, read_qrels
+from ragmon.judge.sampling import sampler
 from ragmon.judge.stage import JudgeStage
 from ragmon.model import RagRecord
 from ragmon.pipeline.assembly import TraceAssembler
@@ -176,6 +178,7 @@ class Sidecar:
             price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
             metrics=self.metrics,
             after=judge,
+            trim=text_dropper(options, self._reads_documents(cfg)),
             clock=self.clock,
             max_queued_spans=cfg.receiver.max_queued_spans,
             max_queued_bytes=cfg.receiver.max_queued_bytes,
@@ -193,6 +196,13 @@ class Sidecar:
         self._workers = contextlib.AsyncExitStack()
         """The bounded-queue workers, entered by ``start`` and exited, newest first, by ``drain``."""
         self.started_at = self.wall()
+
+    def _reads_documents(self, cfg: Config) -> Callable[[bytes], bool]:
+        """Whether the judge stage will read a trace's document text: it sends documents, and the
+        trace is in its sample or a probe's (``conventions.content`` drops it for the others)."""
+        in_sample = sampler(cfg.judge.sample_rate)
+        send = cfg.judge.send_documents
+        return lambda trace_id: send and (in_sample(trace_id) or self.probes.expects(trace_id))
 
     @property
     def worker(self) -> asyncio.Task[None] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import struct
+import sys
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
@@ -419,3 +420,33 @@ def test_openai_v2_payload(openai_server: str, instrumented_openai: Any) -> None
     same(body)
     same(body, WIDE)
     same(body, replace(SELECTION, max_value_chars=5, events=frozenset({"gen_ai.client.inference.operation.details", EVENT})))
+
+
+def _keyed_body(keys: list[str]) -> bytes:
+    """A request of one span carrying a string attribute under each of ``keys``."""
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span as PbSpan
+
+    span = PbSpan(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="retrieve",
+                  attributes=[KeyValue(key=k, value=AnyValue(string_value="v")) for k in keys])
+    request = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])])
+    return request.SerializeToString()
+
+
+def test_prefix_matched_keys_are_one_object_for_every_span_up_to_a_bound() -> None:
+    """Spans share one str for a prefix-matched key (``retrieval.documents.3.document.content``):
+    memory held once, lookups compare pointers. At most 4096 such keys are kept per selection
+    (a stream of made-up keys cannot grow it); past that each span has its own copy. Values
+    and sizes are the Python decoder's either way."""
+    selection = replace(SELECTION, max_value_chars=12_345)  # a plan of its own: nothing kept yet
+    keys = [f"retrieval.documents.{i}.document.id" for i in range(4_200)]
+    body = _keyed_body(keys)
+    first, second = (compiled_decode_protobuf(body, selection).spans[0] for _ in range(2))
+    assert first == second == python_decode_protobuf(body, selection).spans[0]
+    shared = [a is b for a, b in zip(first.attributes, second.attributes)]
+    assert list(first.attributes) == keys
+    assert shared == [True] * 4_096 + [False] * 104
+    assert all(key is sys.intern(key) for key in list(first.attributes)[:4_096])  # as the key tables'
+    exact = "openinference.span.kind"  # an exact key is the filter's own str, always
+    again = compiled_decode_protobuf(_keyed_body([exact]), selection).spans[0]
+    assert next(iter(again.attributes)) is next(k for k in SELECTION.attributes.keys if k == exact)

@@ -208,7 +208,7 @@ def test_metric_buffers_are_bounded_and_a_scrape_shows_every_value() -> None:
         task = asyncio.create_task(other_task())
         await asyncio.sleep(0)
         events.clear()
-        await pipeline._process(traces, 1.0)
+        await pipeline._process(list(traces), 1.0)
         done = True
         await task
 
@@ -426,7 +426,7 @@ def test_scoring_counts_ignored_unlabelled_contentless_and_failed_traces(caplog:
     seen: list[tuple[bytes, float]] = []
     pipeline = _recording_pipeline(extract, score, [0.0], seen)
     with caplog.at_level("ERROR", logger="ragmon"):
-        asyncio.run(pipeline._process(traces, 3.0))
+        asyncio.run(pipeline._process(list(traces), 3.0))
     stats = pipeline.stats()
     assert (stats.records, stats.ignored, stats.unlabelled, stats.without_content, stats.dropped) == (3, 2, 2, 2, {"trace_error": 2})
     assert seen == [(traces[i].trace_id, 3.0) for i in (2, 4, 6)]
@@ -632,7 +632,7 @@ def test_a_trace_of_model_calls_alone_counts_its_priced_calls_and_is_not_a_reque
     metrics = Calls()
     pipeline = _recording_pipeline(extract, lambda record: RecordScores((), False, ()), [0.0], seen, metrics=metrics)
     traces = [Trace(bytes([i]) * 16, (), None) for i in (1, 0, 1)]
-    asyncio.run(pipeline._process(traces, 2.0))
+    asyncio.run(pipeline._process(list(traces), 2.0))
     priced = (PricedCall("m", "generation", 10, 2, 0.5, "span"), PricedCall("e", "embedding", 4, 0, None, "unpriced"))
     assert metrics.seen == [("svc", priced), ("svc", priced)]
     assert seen == [(bytes(16), 2.0)]  # only the request reaches the judge stage
@@ -655,3 +655,35 @@ def test_the_worker_task_is_named_and_stop_without_start_does_nothing() -> None:
             assert started.worker is not None and started.worker.get_name() == "ragmon-pipeline"
 
     asyncio.run(run())
+
+
+def test_each_trace_is_let_go_once_scored_not_after_the_whole_batch() -> None:
+    """The worker frees a finished trace right after scoring it (its memory still in the CPU's
+    caches), not in a pass over the batch at the end: when trace i is read, trace i - 1 (and its
+    spans) are gone, and the scored batch is in order."""
+    import weakref
+
+    class Held:  # stands for a span: only a weak reference to it is kept here
+        pass
+
+    held: list[weakref.ref[Held]] = []
+    alive_when_read: list[bool] = []
+
+    def extract(trace: Trace) -> RagRecord:
+        index = trace.trace_id[-1]
+        if index:
+            alive_when_read.append(held[index - 1]() is not None)
+        return RagRecord(trace.trace_id, "s", "v", 0, 1)
+
+    traces = []
+    for i in range(5):
+        marker = Held()
+        held.append(weakref.ref(marker))
+        traces.append(Trace(bytes(15) + bytes([i]), (marker,), None))  # type: ignore[arg-type]
+    del marker
+    seen: list[tuple[bytes, float]] = []
+    pipeline = _recording_pipeline(extract, lambda record: RecordScores((), False, ()), [0.0], seen)
+    asyncio.run(pipeline._process(traces, 1.0))
+    assert alive_when_read == [False] * 4
+    assert [trace_id[-1] for trace_id, _ in seen] == [0, 1, 2, 3, 4]
+    assert traces == [] and all(ref() is None for ref in held)

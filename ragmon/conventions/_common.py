@@ -348,10 +348,10 @@ _KEY_TABLE_SIZE = 128
 _KEY_TABLES: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, ...], ...]] = {}
 _MAX_KEY_TABLES = 16
 _MISSING: Any = object()
-_DEFAULT_PLACES = ("document.id",)
+DEFAULT_PLACES = ("document.id",)
 
 
-def _key_table(prefix: str, fields: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+def key_table(prefix: str, fields: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     """``<prefix>N.document.<field>`` for N < ``_KEY_TABLE_SIZE``: made once per (prefix, fields)."""
     table = _KEY_TABLES.get((prefix, fields))
     if table is None:
@@ -370,7 +370,7 @@ def _probe(
     """The ``fields`` of documents 0, 1, … (``_MISSING`` where absent), looked up key by key
     until a document has none of them; None when that did not account for every key starting
     with ``prefix`` (other fields, a gap in the indices, ``01``, too many documents, …)."""
-    table = _key_table(prefix, fields)
+    table = key_table(prefix, fields)
     get = attributes.get
     width = len(fields)
     rows: list[tuple[Any, ...]] = []
@@ -429,7 +429,7 @@ def resolve_flattened(
     """``resolve_documents(flattened_documents(attributes, prefix), options, fallback_ids)``,
     without a dict per document for the default ``document_id`` and the usual fields
     (``fallback_ids`` may then be called twice)."""
-    if options.document_id == _DEFAULT_PLACES:
+    if options.document_id == DEFAULT_PLACES:
         resolved = _resolve_probed(attributes, prefix, options.keep_content, fallback_ids)
         if resolved is not None:
             return resolved
@@ -455,7 +455,7 @@ def _resolve_probed(
     """``resolve_documents`` for ``document_id = ["document.id"]`` over documents 0, 1, … read
     key by key (``_probe`` of ``DOCUMENT_FIELDS``, inlined); None when that did not account
     for every key starting with ``prefix``."""
-    table = _key_table(prefix, DOCUMENT_FIELDS)
+    table = key_table(prefix, DOCUMENT_FIELDS)
     get = attributes.get
     missing = _MISSING
     isfinite = math.isfinite

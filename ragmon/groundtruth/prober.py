@@ -106,6 +106,9 @@ class ProbeRegistry:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def __contains__(self, trace_id: object) -> bool:
+        return trace_id in self._pending
+
     def add(self, trace_id: bytes, labels: ProbeLabels, now: float) -> None:
         """Remember ``trace_id`` until ``now + retention``."""
         self.expire(now)
@@ -341,6 +344,11 @@ class Probes:
     def take(self, trace_id: bytes) -> ProbeLabels | None:
         """The labels of a probe's trace (counted ``joined``), or ``None``."""
         return self.registry.take(trace_id)
+
+    def expects(self, trace_id: bytes) -> bool:
+        """Whether ``trace_id`` is a probe's trace not scored yet (a probe registers its trace id
+        before it sends the request, so before any of its spans can arrive)."""
+        return trace_id in self.registry
 
     def collect(self) -> Iterable[Metric]:
         """``ragmon_probe_requests_total{probe,outcome}``, ``ragmon_probe_duration_seconds{probe}``,

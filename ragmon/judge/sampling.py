@@ -18,11 +18,12 @@ true sliding window and is released at most one bucket late.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from enum import StrEnum
 
 from ragmon.config import JudgeConfig
 
-__all__ = ["BucketedWindow", "Decision", "JudgeAdmission", "sampled"]
+__all__ = ["BucketedWindow", "Decision", "JudgeAdmission", "sampled", "sampler"]
 
 _ID_BITS = 64
 
@@ -43,7 +44,17 @@ def sampled(trace_id: bytes, rate: float) -> bool:
     higher rate. Ids shorter than 8 bytes read as if zero-padded on the left. ``ValueError``
     when ``rate`` is outside [0, 1].
     """
-    return int.from_bytes(trace_id[-8:], "big") < _ratio_bound(rate)
+    return sampler(rate)(trace_id)
+
+
+def sampler(rate: float) -> Callable[[bytes], bool]:
+    """``sampled`` at ``rate``, with the bound computed once (``ValueError`` as ``sampled``)."""
+    bound = _ratio_bound(rate)
+
+    def in_sample(trace_id: bytes) -> bool:
+        return int.from_bytes(trace_id[-8:], "big") < bound
+
+    return in_sample
 
 
 class Decision(StrEnum):

@@ -22,7 +22,8 @@ bounded walks, cuts and sizes are the same code.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_SetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.object cimport PyObject
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
@@ -56,6 +57,7 @@ cdef enum:
     EGROUP = 4
     I32 = 5
     MAX_DEPTH = 100  # upb's default: a message or group nested deeper does not parse
+    _MAX_SEEN_KEYS = 4096  # prefix-matched attribute keys kept once per selection (bounds a hostile stream)
     OK = 0
     CORRUPT = 1
     BAD_UTF8 = 2
@@ -536,9 +538,11 @@ cdef class _Keys:
     cdef Py_ssize_t nkeys, nprefixes
     cdef const char** text
     cdef Py_ssize_t* size
+    cdef dict seen       # prefix-matched keys met so far, each kept once (at most _MAX_SEEN_KEYS)
 
     def __cinit__(self, wanted):
         self.keys, self.names = [], []
+        self.seen = {}
         for key in sorted(wanted.keys):
             try:
                 self.keys.append(key.encode("utf-8"))
@@ -587,8 +591,23 @@ cdef class _Keys:
             h = (h + 1) & self.mask
         for i in range(self.nkeys, self.nkeys + self.nprefixes):
             if self.size[i] <= n and (self.size[i] == 0 or self.text[i][0] == <char>p[0]) and memcmp(self.text[i], p, self.size[i]) == 0:
-                return _text(p, 0, n)
+                return self._shared(p, n)
         return None
+
+    cdef object _shared(self, Buf p, Py_ssize_t n):
+        """A prefix-matched key as one str object for every span that has it (an ASCII key, while
+        fewer than ``_MAX_SEEN_KEYS`` are kept): spans hold one copy of
+        ``retrieval.documents.3.document.content``, and lookups of it compare pointers."""
+        name = _text(p, 0, n)
+        if not _ascii(p, n):
+            return name
+        cdef PyObject* found = PyDict_GetItem(self.seen, name)
+        if found != NULL:
+            return <object>found
+        if len(self.seen) < _MAX_SEEN_KEYS:
+            name = sys.intern(name)  # the conventions' key tables are interned: lookups then hit by pointer
+            self.seen[name] = name
+        return name
 
 
 cdef class _Plan:
