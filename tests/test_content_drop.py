@@ -142,3 +142,36 @@ def test_a_probe_trace_keeps_its_text_and_no_trace_does_without_send_documents()
         car.probes.registry.add(outside[0], ProbeLabels("p", {"d1": 1}), now=0.0)
         reads = car._reads_documents(config)
         assert [reads(outside[0]), reads(outside[1]), reads(inside)] == [send, False, send]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_DOC, max_size=6), st.lists(_DOC, max_size=4), st.booleans())
+def test_the_compiled_drop_makes_the_same_changes(docs: list[dict[str, Any]], reranked: list[dict[str, Any]], none_id: bool) -> None:
+    """``ragmon.otlp._walker.drop_document_text`` (used when the compiled decoder runs) changes a
+    span's attributes exactly as the Python function does."""
+    import os
+
+    from ragmon.conventions import content
+
+    try:
+        from ragmon.otlp._walker import drop_document_text as compiled  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            raise
+        return
+    attributes: dict[str, Any] = {"input.value": "q"}
+    for prefix, listed in ((R, docs), (O, reranked)):
+        for n, doc in enumerate(listed):
+            attributes.update({f"{prefix}{n}.document.{f}": v for f, v in doc.items() if v is not None or none_id})
+    python, fast = dict(attributes), dict(attributes)
+    tables = tuple(content.key_table(p, content._FIELDS) for p in content._PREFIXES)
+    assert compiled(fast, tables, content._FIRST_IDS) == drop_document_text(python)
+    assert fast == python and list(fast) == list(python)
+
+
+def test_the_compiled_drop_runs_with_the_compiled_decoder() -> None:
+    """``RAGMON_DECODER=python`` (CI reruns this file with it) runs the Python drop too."""
+    from ragmon.conventions import content
+    from ragmon.otlp.decode import DECODER
+
+    assert (content._compiled() is not None) == (DECODER == "compiled")

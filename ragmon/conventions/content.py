@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from ragmon.conventions import openinference
 from ragmon.conventions._common import DEFAULT_PLACES, ConventionOptions, key_table
 from ragmon.model import AttrValue, Span
+from ragmon.otlp.decode import DECODER
 
 __all__ = ["drop_document_text", "text_dropper"]
 
@@ -40,13 +41,26 @@ def drop_document_text(attributes: dict[str, AttrValue]) -> int:
             doc_id = attributes.get(id_key)
             if type(doc_id) is str and doc_id:
                 content = attributes.get(content_key)
-                if isinstance(content, str) and content:
+                if type(content) is str and content:
                     attributes[content_key] = ""
                     dropped += 1
-                dropped += attributes.pop(metadata_key, None) is not None
+                if metadata_key in attributes:
+                    del attributes[metadata_key]
+                    dropped += 1
             elif doc_id is None and content_key not in attributes and metadata_key not in attributes:
                 break
     return dropped
+
+
+def _compiled() -> Callable[[dict[str, AttrValue]], int] | None:
+    """The compiled decoder's ``drop_document_text`` (the same changes, several times faster)
+    when the compiled decoder runs (``ragmon.otlp.decode.DECODER``), else None."""
+    if DECODER != "compiled":
+        return None
+    from ragmon.otlp._walker import drop_document_text as compiled
+
+    tables = tuple(key_table(prefix, _FIELDS) for prefix in _PREFIXES)
+    return lambda attributes: compiled(attributes, tables, _FIRST_IDS)
 
 
 def text_dropper(options: ConventionOptions, judged: Callable[[bytes], bool]) -> Callable[[Sequence[Span]], None] | None:
@@ -56,10 +70,17 @@ def text_dropper(options: ConventionOptions, judged: Callable[[bytes], bool]) ->
     if options.document_id != DEFAULT_PLACES:
         return None
 
+    first_retrieved, first_reranked = _FIRST_IDS
+    drop_text = _compiled() or drop_document_text
+
     def drop(spans: Sequence[Span]) -> None:
         for span in spans:
             attributes = span.attributes
-            if len(attributes) > 1 and type(attributes) is dict and not judged(span.trace_id):
-                drop_document_text(attributes)
+            if (
+                (first_retrieved in attributes or first_reranked in attributes)
+                and type(attributes) is dict
+                and not judged(span.trace_id)
+            ):
+                drop_text(attributes)
 
     return drop

@@ -22,8 +22,9 @@ bounded walks, cuts and sizes are the same code.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_SetItem
 from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_GET_LENGTH
 from cpython.long cimport PyLong_FromLongLong, PyLong_FromUnsignedLongLong
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
@@ -58,6 +59,7 @@ cdef enum:
     I32 = 5
     MAX_DEPTH = 100  # upb's default: a message or group nested deeper does not parse
     _MAX_SEEN_KEYS = 4096  # prefix-matched attribute keys kept once per selection (bounds a hostile stream)
+    _SEEN_SLOTS = 8192  # their table: a power of two, at most half full
     OK = 0
     CORRUPT = 1
     BAD_UTF8 = 2
@@ -538,11 +540,15 @@ cdef class _Keys:
     cdef Py_ssize_t nkeys, nprefixes
     cdef const char** text
     cdef Py_ssize_t* size
-    cdef dict seen       # prefix-matched keys met so far, each kept once (at most _MAX_SEEN_KEYS)
+    cdef list seen       # prefix-matched keys met so far, each kept once (at most _MAX_SEEN_KEYS)
+    cdef PyObject** seen_slots  # an open-addressing table over ``seen`` (borrowed: ``seen`` owns them)
 
     def __cinit__(self, wanted):
         self.keys, self.names = [], []
-        self.seen = {}
+        self.seen = []
+        self.seen_slots = <PyObject**>PyMem_Calloc(_SEEN_SLOTS, sizeof(PyObject*))
+        if self.seen_slots == NULL:
+            raise MemoryError()
         for key in sorted(wanted.keys):
             try:
                 self.keys.append(key.encode("utf-8"))
@@ -576,6 +582,7 @@ cdef class _Keys:
                 self.slots[h] = i + 1
 
     def __dealloc__(self):
+        PyMem_Free(self.seen_slots)
         PyMem_Free(self.slots)
         PyMem_Free(<void*>self.text)
         PyMem_Free(self.size)
@@ -596,17 +603,23 @@ cdef class _Keys:
 
     cdef object _shared(self, Buf p, Py_ssize_t n):
         """A prefix-matched key as one str object for every span that has it (an ASCII key, while
-        fewer than ``_MAX_SEEN_KEYS`` are kept): spans hold one copy of
-        ``retrieval.documents.3.document.content``, and lookups of it compare pointers."""
-        name = _text(p, 0, n)
+        fewer than ``_MAX_SEEN_KEYS`` are kept), found from its bytes without making a str:
+        spans hold one copy of ``retrieval.documents.3.document.content``, and the conventions'
+        lookups of it (their key tables are interned, as these are) compare pointers."""
         if not _ascii(p, n):
-            return name
-        cdef PyObject* found = PyDict_GetItem(self.seen, name)
-        if found != NULL:
-            return <object>found
+            return _text(p, 0, n)
+        cdef uint64_t h = _hash(p, n) & (_SEEN_SLOTS - 1)
+        cdef PyObject* found = self.seen_slots[h]
+        while found != NULL:
+            if PyUnicode_GET_LENGTH(<object>found) == n and memcmp(PyUnicode_DATA(<object>found), p, n) == 0:
+                return <object>found
+            h = (h + 1) & (_SEEN_SLOTS - 1)
+            found = self.seen_slots[h]
+        name = _ascii_text(p, 0, n)
         if len(self.seen) < _MAX_SEEN_KEYS:
-            name = sys.intern(name)  # the conventions' key tables are interned: lookups then hit by pointer
-            self.seen[name] = name
+            name = sys.intern(name)
+            self.seen.append(name)
+            self.seen_slots[h] = <PyObject*>name
         return name
 
 
@@ -1076,3 +1089,33 @@ cdef bint _entry_value(Buf p, Py_ssize_t s, Py_ssize_t e, Any* a) except -1:
             found = True
     return found
 
+
+
+# -- document text (``ragmon.conventions.content``: the same changes to a span's dict) -------------
+
+
+def drop_document_text(dict attributes, tuple tables, tuple firsts):
+    """``ragmon.conventions.content.drop_document_text`` over the key tables of each document
+    prefix (rows of id, content and metadata keys) and each prefix's first id key."""
+    cdef Py_ssize_t dropped = 0
+    cdef PyObject* found
+    cdef tuple table, row
+    cdef Py_ssize_t t
+    for t in range(len(tables)):
+        if PyDict_GetItem(attributes, firsts[t]) == NULL:
+            continue
+        table = tables[t]
+        for row in table:
+            found = PyDict_GetItem(attributes, row[0])
+            if found != NULL and type(<object>found) is str and len(<object>found):
+                found = PyDict_GetItem(attributes, row[1])
+                if found != NULL and type(<object>found) is str and len(<object>found):
+                    PyDict_SetItem(attributes, row[1], "")
+                    dropped += 1
+                if PyDict_GetItem(attributes, row[2]) != NULL:
+                    PyDict_DelItem(attributes, row[2])
+                    dropped += 1
+            elif (found == NULL or <object>found is None) and PyDict_GetItem(attributes, row[1]) == NULL \
+                    and PyDict_GetItem(attributes, row[2]) == NULL:
+                break
+    return dropped
