@@ -62,7 +62,7 @@ from ragmon.judge.prompts import (
     build_judge_request,
 )
 from ragmon.judge.redact import Redactor
-from ragmon.judge.sampling import Decision, JudgeAdmission, sampled
+from ragmon.judge.sampling import Decision, JudgeAdmission
 from ragmon.model import RagRecord, Worker
 from ragmon.scoring.pricing import Pricer
 
@@ -234,7 +234,7 @@ class Judge(Worker):
         evaluators = applicable_evaluators(record, self._evaluators)
         if not evaluators:
             return SubmitResult.NOT_APPLICABLE
-        if not probe and not sampled(record.trace_id, self._admission.sample_rate):
+        if not probe and not self._admission.in_sample(record.trace_id):
             self._count(evaluators, "skipped_rate")
             return SubmitResult.SKIPPED_RATE
         if self._closed:

@@ -136,10 +136,11 @@ class JudgeAdmission:
     budget of 0 admits nothing it governs; ``math.inf`` as the budget means no budget.
     """
 
-    __slots__ = ("_bound", "_calls", "_spend", "max_per_minute", "max_usd_per_hour", "sample_rate")
+    __slots__ = ("_calls", "_spend", "in_sample", "max_per_minute", "max_usd_per_hour", "sample_rate")
 
     def __init__(self, sample_rate: float, max_per_minute: int, max_usd_per_hour: float) -> None:
-        self._bound = _ratio_bound(sample_rate)
+        self.in_sample = sampler(sample_rate)
+        """``sampled`` at ``sample_rate``."""
         if max_per_minute < 0:
             raise ValueError(f"max_per_minute must be >= 0, got {max_per_minute!r}")
         if not max_usd_per_hour >= 0:  # also rejects NaN
@@ -157,7 +158,7 @@ class JudgeAdmission:
 
     def decide(self, trace_id: bytes, now: float, is_probe: bool = False) -> Decision:
         """Admit or skip one trace; an ``ADMIT`` is counted against the per-minute cap."""
-        if not is_probe and not int.from_bytes(trace_id[-8:], "big") < self._bound:
+        if not is_probe and not self.in_sample(trace_id):
             return Decision.SKIPPED_RATE
         if self._spend.total(now) >= self.max_usd_per_hour:
             return Decision.SKIPPED_BUDGET

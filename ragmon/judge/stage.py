@@ -35,7 +35,7 @@ from ragmon.judge.lexical import lexical_faithfulness
 from ragmon.judge.onward import EvaluationResult, EvaluationSender
 from ragmon.judge.prompts import EVALUATORS, TOXICITY_CATEGORIES
 from ragmon.judge.runner import OUTCOMES, CompletionClient, Judge, Judgement
-from ragmon.judge.sampling import sampled
+from ragmon.judge.sampling import sampler
 from ragmon.model import RagRecord, Worker
 from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import final_ranking, score_judged_retrieval
@@ -73,6 +73,7 @@ class JudgeStage(Worker):
         rng: random.Random | None = None,
     ) -> None:
         self._config = config
+        self._in_sample = sampler(config.sample_rate)
         self._metrics = metrics
         self._clock = clock
         self._rng = rng or random.Random()
@@ -151,7 +152,7 @@ class JudgeStage(Worker):
         if self.judge is not None:
             self.judge.submit(record, now, probe)
             return
-        if not (probe or sampled(record.trace_id, self._config.sample_rate)) or not self._config.send_documents:
+        if not (probe or self._in_sample(record.trace_id)) or not self._config.send_documents:
             return
         docs = record.reranked if record.reranked is not None else record.retrieved
         if not docs or any(d.content is None for d in docs):
