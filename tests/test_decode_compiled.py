@@ -435,9 +435,9 @@ def _keyed_body(keys: list[str]) -> bytes:
 
 def test_prefix_matched_keys_are_one_object_for_every_span_up_to_a_bound() -> None:
     """Spans share one str for a prefix-matched key (``retrieval.documents.3.document.content``):
-    memory held once, lookups compare pointers. At most 4096 such keys are kept per selection
-    (a stream of made-up keys cannot grow it); past that each span has its own copy. Values
-    and sizes are the Python decoder's either way."""
+    memory held once, lookups compare pointers. At most 4096 such keys of at most 256 bytes are
+    kept per selection (a stream of made-up or long keys cannot grow it); past that each span
+    has its own copy. Values and sizes are the Python decoder's either way."""
     selection = replace(SELECTION, max_value_chars=12_345)  # a plan of its own: nothing kept yet
     keys = [f"retrieval.documents.{i}.document.id" for i in range(4_200)]
     body = _keyed_body(keys)
@@ -447,6 +447,12 @@ def test_prefix_matched_keys_are_one_object_for_every_span_up_to_a_bound() -> No
     assert list(first.attributes) == keys
     assert shared == [True] * 4_096 + [False] * 104
     assert all(key is sys.intern(key) for key in list(first.attributes)[:4_096])  # as the key tables'
+    long_key = "retrieval.documents.0.document." + "x" * 300  # past 256 bytes: never kept
+    fresh = replace(SELECTION, max_value_chars=12_346)  # a table with room left
+    long_spans = [compiled_decode_protobuf(_keyed_body([long_key, keys[0]]), fresh).spans[0] for _ in range(2)]
+    assert next(reversed(long_spans[0].attributes)) is next(reversed(long_spans[1].attributes))  # room: shared
+    assert [next(iter(s.attributes)) for s in long_spans] == [long_key, long_key]
+    assert next(iter(long_spans[0].attributes)) is not next(iter(long_spans[1].attributes))
     exact = "openinference.span.kind"  # an exact key is the filter's own str, always
     again = compiled_decode_protobuf(_keyed_body([exact]), selection).spans[0]
     assert next(iter(again.attributes)) is next(k for k in SELECTION.attributes.keys if k == exact)

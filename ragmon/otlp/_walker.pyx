@@ -60,6 +60,7 @@ cdef enum:
     MAX_DEPTH = 100  # upb's default: a message or group nested deeper does not parse
     _MAX_SEEN_KEYS = 4096  # prefix-matched attribute keys kept once per selection (bounds a hostile stream)
     _SEEN_SLOTS = 8192  # their table: a power of two, at most half full
+    _MAX_SHARED_KEY_BYTES = 256  # longer keys are never kept (a hostile stream of long keys)
     OK = 0
     CORRUPT = 1
     BAD_UTF8 = 2
@@ -602,11 +603,12 @@ cdef class _Keys:
         return None
 
     cdef object _shared(self, Buf p, Py_ssize_t n):
-        """A prefix-matched key as one str object for every span that has it (an ASCII key, while
-        fewer than ``_MAX_SEEN_KEYS`` are kept), found from its bytes without making a str:
+        """A prefix-matched key as one str object for every span that has it (an ASCII key of at
+        most ``_MAX_SHARED_KEY_BYTES``, while fewer than ``_MAX_SEEN_KEYS`` are kept), found
+        from its bytes without making a str:
         spans hold one copy of ``retrieval.documents.3.document.content``, and the conventions'
         lookups of it (their key tables are interned, as these are) compare pointers."""
-        if not _ascii(p, n):
+        if n > _MAX_SHARED_KEY_BYTES or not _ascii(p, n):  # at most 4,096 x 256 bytes are kept
             return _text(p, 0, n)
         cdef uint64_t h = _hash(p, n) & (_SEEN_SLOTS - 1)
         cdef PyObject* found = self.seen_slots[h]
