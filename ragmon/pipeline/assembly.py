@@ -322,7 +322,7 @@ class TraceAssembler:
         if span.span_id in state.spans:
             self._dropped_duplicate += 1
             return
-        is_root = not span.parent_span_id or span.has_remote_parent
+        is_root = _is_local_root(span)
         root = state.root
         if len(state.spans) >= self._max_trace_spans and not (is_root and root is None):
             self._dropped_full += 1

@@ -108,8 +108,8 @@ def score_retrieval(ranking: Sequence[str], grades: dict[str, int] | dict[str, f
     recall: dict[int, float] = {}
     precision: dict[int, float] = {}
     ndcg: dict[int, float] = {}
-    for k, (hit[k], recall[k], precision[k], ndcg[k]) in per_k.items():  # one pass fills all four
-        pass
+    for k, (hit_k, recall_k, precision_k, ndcg_k) in per_k.items():
+        hit[k], recall[k], precision[k], ndcg[k] = hit_k, recall_k, precision_k, ndcg_k
     return RetrievalScore(source, rr, hit, recall, precision, ndcg)
 
 
