@@ -1052,7 +1052,11 @@ def run_shape(shape: str, args: argparse.Namespace) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    print(f"python {platform.python_version()}, ragmon {version('ragmon')} ({git_revision()}), "
+    from ragmon.compiled import pipeline  # what `ragmon run` loads too (it inherits the environment)
+    from ragmon.otlp.decode import DECODER
+
+    print(f"python {platform.python_version()}, ragmon {version('ragmon')} ({git_revision()}; decoder "
+          f"{DECODER}, pipeline {pipeline()}), "
           f"aiohttp "
           f"{version('aiohttp')}, protobuf {version('protobuf')}, opentelemetry-sdk "
           f"{version('opentelemetry-sdk')}; {os.cpu_count()} CPUs", flush=True)

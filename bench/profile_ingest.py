@@ -12,6 +12,9 @@ running in this process at its default configuration (no listener, a fake clock 
 phase over the traces scored is the post-decode cost per trace (median of ``--repeats`` runs,
 each on a fresh sidecar); one more run under ``cProfile`` prints the functions that take it,
 by own time and by cumulative time. Issue 14 asks for this cost to shrink by a third.
+
+The compiled pipeline (``ragmon/compiled.py``) is one opaque call to cProfile: run with
+``RAGMON_PIPELINE=python`` for the functions inside it (the figure is then the Python one's).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ingest  # noqa: E402  (bench/ingest.py: the traffic)
 
 from ragmon.app import Sidecar  # noqa: E402
+from ragmon.compiled import pipeline  # noqa: E402
 from ragmon.config import Config, MetricsConfig, ReceiverConfig  # noqa: E402
 from ragmon.model import Span  # noqa: E402
 from ragmon.otlp.decode import DECODER, decode_protobuf  # noqa: E402
@@ -87,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs.append(fresh)
     cpu = [asyncio.run(score_all(run, traces)) for run in runs[:-1]]
     per_trace = statistics.median(cpu) / traces * 1e6
-    print(f"{args.shape}: {traces:,} traces, {spans:,} spans ({spans / traces:.1f} a trace), decoder {DECODER}; "
+    print(f"{args.shape}: {traces:,} traces, {spans:,} spans ({spans / traces:.1f} a trace), decoder {DECODER}, pipeline {pipeline()}; "
           f"after decode: {per_trace:.0f} CPU-µs per trace, {per_trace * traces / spans:.1f} per span "
           f"(median of {args.repeats}: {', '.join(f'{c / traces * 1e6:.0f}' for c in cpu)})")
     profile = cProfile.Profile()

@@ -1,6 +1,10 @@
 """ragmon: a production monitor for retrieval-augmented generation services."""
 
-from ragmon.metrics import (
+from ragmon.compiled import prefer_source
+
+prefer_source()  # RAGMON_PIPELINE=python: the compiled modules run from source (before any loads)
+
+from ragmon.metrics import (  # noqa: E402
     BatchScores,
     hit_at_k,
     hit_rate,

@@ -156,7 +156,7 @@ USER_FEEDBACK = _histogram(
     "user_feedback", "Named user scores sent to POST /v1/feedback (thumbs 0/1, ratings scaled to [0, 1]).",
     SCORE_BUCKETS, *_SV, "name",
 )
-BUILD_INFO = _gauge("build_info", "ragmon's version, and the OTLP protobuf decoder that runs (compiled or python).", "decoder", "version")
+BUILD_INFO = _gauge("build_info", "ragmon's version, the OTLP protobuf decoder that runs (compiled or python), and whether the per-request pipeline runs compiled (compiled or python).", "decoder", "pipeline", "version")
 
 # -- rolling-window gauges (one replica's view) -------------------------------------------------
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Self, TypeAlias
 
+from mypy_extensions import mypyc_attr
+
 __all__ = [
     "AttrValue",
     "Attributes",
@@ -79,6 +81,7 @@ class Offer(enum.Enum):
     """The pipeline no longer accepts spans."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Worker(abc.ABC):
     """A stage that runs in the background behind a bounded queue (the pipeline, the judge, the
     onward sender): ``async with worker:`` starts it, and leaving the block stops it, letting

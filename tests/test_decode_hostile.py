@@ -14,7 +14,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import pytest
@@ -150,7 +150,7 @@ def deep_size(spans: Iterable[Span]) -> int:
     stack: list[object] = []
     for span in spans:
         stack.append(span)
-        stack.extend(getattr(span, f) for f in Span.__slots__ if f not in ("error", "size"))  # type: ignore[attr-defined]
+        stack.extend(getattr(span, f.name) for f in fields(Span) if f.name not in ("error", "size"))
         for event in span.events:
             stack.extend((event, event.name, event.time_ns, event.attributes))
     while stack:

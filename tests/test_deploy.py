@@ -364,6 +364,8 @@ def test_ragmon_image() -> None:
     for source in copied:
         assert (ROOT / source).exists(), source
     assert any("pip install" in args or "pip wheel" in args for op, args in instructions if op == "RUN")
+    # the image refuses to build without both compiled parts
+    assert any("DECODER != 'compiled'" in args and "pipeline() != 'compiled'" in args for op, args in instructions if op == "RUN")
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
     for source in copied:
         assert f"!{source}" in ignore or f"!{source}/" in ignore, source

@@ -13,6 +13,7 @@ from prometheus_client.exposition import generate_latest
 from server_helpers import scrape
 
 from ragmon import __version__
+from ragmon.compiled import pipeline
 from ragmon.export.exporter import RagMetrics
 from ragmon.export.labels import OTHER
 from ragmon.model import RagRecord
@@ -140,7 +141,9 @@ def test_label_values_are_cut_and_capped_as_configured() -> None:
 
 def test_build_info_names_the_running_version() -> None:
     _, registry = _metrics()
-    assert select(samples(registry), "ragmon_build_info") == [("ragmon_build_info", {"version": __version__, "decoder": DECODER}, 1.0)]
+    assert select(samples(registry), "ragmon_build_info") == [
+        ("ragmon_build_info", {"version": __version__, "decoder": DECODER, "pipeline": pipeline()}, 1.0)
+    ]
 
 
 def test_histogram_exemplars_carry_the_wall_clock_time_of_their_flush() -> None:

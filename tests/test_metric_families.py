@@ -23,8 +23,8 @@ from ragmon.model import RagRecord
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 GOLDEN = Path(__file__).parent / "data" / "metric_families.txt"
-TRAFFIC_LABELS = frozenset({"service", "variant", "model", "version", "decoder"})
-"""Labels whose values come from traffic (or the release, or the build: ``decoder``): only their
+TRAFFIC_LABELS = frozenset({"service", "variant", "model", "version", "decoder", "pipeline"})
+"""Labels whose values come from traffic (or the release, or the build: ``decoder``, ``pipeline``): only their
 names are pinned."""
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? \S+$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')

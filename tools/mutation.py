@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.report_only:
         command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.children), *args.names]
-        env = dict(os.environ)
+        env = dict(os.environ, RAGMON_PIPELINE="python")  # mutants are edits of the source: run it
         if args.max_test_seconds > 0:
             env[BUDGET_VARIABLE] = str(args.max_test_seconds)  # read by tests/conftest.py
         done = subprocess.run(command, cwd=ROOT, env=env)

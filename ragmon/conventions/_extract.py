@@ -393,6 +393,20 @@ def _grade(value: object) -> int | None:
     return as_int(value)
 
 
+def _relevance(chosen: _Node | None, retrievers: list[_Node], top: Span) -> dict[str, int] | None:
+    """The labels on the chosen retriever span, else another retriever span, else the root."""
+    if chosen is not None:
+        found = _labels(chosen.span.attributes)
+        if found is not None:
+            return found
+    for node in retrievers:
+        if node is not chosen:
+            found = _labels(node.span.attributes)
+            if found is not None:
+                return found
+    return _labels(top.attributes)
+
+
 def _labels(attributes: Attributes) -> dict[str, int] | None:
     """``ragmon.relevant_document_ids`` (grade 1) merged under ``ragmon.groundtruth.relevance`` (id -> grade)."""
     ids, graded = attributes.get(RELEVANT_IDS), attributes.get(RELEVANCE)
@@ -562,16 +576,7 @@ def read_trace(trace: Trace, options: ConventionOptions) -> RagRecord | ModelCal
         latest = sorted(generation, key=lambda n: n.span.end_ns, reverse=True)
         answer = next((t for t in map(_call_answer, latest) if t), None)
 
-    # labels: on the chosen retriever span, another retriever span, else the root
-    relevance = _labels(chosen.span.attributes) if chosen is not None else None
-    if relevance is None:
-        for node in retrievers:
-            if node is not chosen:
-                relevance = _labels(node.span.attributes)
-                if relevance is not None:
-                    break
-        if relevance is None:
-            relevance = _labels(top.attributes)
+    relevance = _relevance(chosen, retrievers, top)
 
     evaluations: list[Evaluation] = []
     for span in walk.evented:

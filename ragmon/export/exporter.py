@@ -32,6 +32,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
+from mypy_extensions import mypyc_attr
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.metrics_core import (
     GaugeMetricFamily,
@@ -42,6 +43,7 @@ from prometheus_client.registry import Collector
 from ragmon import __version__
 from ragmon.config import MetricsConfig
 from ragmon import catalogue as cat
+from ragmon.compiled import pipeline
 from ragmon.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family
 from ragmon.export.labels import DEFAULT_MAX_CHARS, OTHER, LabelLimiter
 from ragmon.export.series import (
@@ -213,20 +215,29 @@ _PER_K_GAUGES = tuple(
 )
 
 
-@dataclass(slots=True)
 class _Stream(Generic[K]):
     """Values of one window series (and of its histogram series) awaiting ``flush``.
 
     ``trace_ids`` holds one id per value for a histogram with exemplars, else stays empty.
     ``folded``: ``key`` is a fold series standing for keys past the budget (counted as folded).
+    A plain class: mypyc cannot compile a generic dataclass.
     """
 
-    key: K
-    store: WindowStore[K]
-    histogram: tuple[HistogramFamily, HistogramSeries | FoldedSeries] | None = None
-    folded: bool = False
-    values: list[float] = field(default_factory=list)
-    trace_ids: list[str] = field(default_factory=list)
+    __slots__ = ("key", "store", "histogram", "folded", "values", "trace_ids")
+
+    def __init__(
+        self,
+        key: K,
+        store: WindowStore[K],
+        histogram: tuple[HistogramFamily, HistogramSeries | FoldedSeries] | None = None,
+        folded: bool = False,
+    ) -> None:
+        self.key = key
+        self.store = store
+        self.histogram = histogram
+        self.folded = folded
+        self.values: list[float] = []
+        self.trace_ids: list[str] = []
 
 
 @dataclass(slots=True)
@@ -295,6 +306,7 @@ def _fold(streams: list[_Stream[Any]], now: float, wall: float) -> None:
             stream.trace_ids.clear()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RagMetrics:
     """The sidecar's metric state for one registry.
 
@@ -312,7 +324,7 @@ class RagMetrics:
         windows: Sequence[float],
         max_label_values: int,
         clock: Callable[[], float],
-        max_series: int = MetricsConfig().max_series,
+        max_series: int | object = MetricsConfig().max_series,  # any value: checked below
         max_label_chars: int = DEFAULT_MAX_CHARS,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -391,7 +403,7 @@ class RagMetrics:
             before=self.flush,
         ))
         info = Gauge(cat.BUILD_INFO.name, cat.BUILD_INFO.help, cat.BUILD_INFO.labels, registry=registry)
-        info.labels(DECODER, __version__).set(1)
+        info.labels(DECODER, pipeline(), __version__).set(1)
         registry.register(_WindowCollector(self))
         registry.register(StatsCollector(self._own_stats))
 
@@ -408,10 +420,10 @@ class RagMetrics:
     def _own_stats(self) -> Iterable[Metric]:
         limit = self.limit
         folded = cat.LABEL_VALUES_FOLDED.empty()
-        for label in sorted(LIMITED_LABELS | limit.folded.keys()):
+        for label in sorted({*LIMITED_LABELS, *limit.folded}):
             folded.add_metric([label], limit.folded[label])
         truncated = cat.LABEL_VALUES_TRUNCATED.empty()
-        for label in sorted(LIMITED_LABELS | limit.truncated.keys()):
+        for label in sorted({*LIMITED_LABELS, *limit.truncated}):
             truncated.add_metric([label], limit.truncated[label])
         budget = cat.SERIES_FOLDED.empty()
         for metric, n in sorted(self.series_folded().items()):

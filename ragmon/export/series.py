@@ -77,7 +77,8 @@ def _folded_labels(labels: Labels, positions: Sequence[int]) -> Labels:
     return tuple(out)
 
 
-def _check_budget(max_series: int | None) -> int:
+def _check_budget(max_series: object) -> int:
+    """``max_series`` checked (any value: compiled, a typed parameter would be checked first)."""
     if max_series is None:
         return sys.maxsize
     if isinstance(max_series, bool) or not isinstance(max_series, int) or max_series < 0:
@@ -219,7 +220,7 @@ class CounterFamily:
         labelnames: Sequence[str],
         wall: Callable[[], float],
         *,
-        max_series: int | None = None,
+        max_series: int | None | object = None,
         fold_labels: Collection[str] = (),
     ) -> None:
         self.name = name
@@ -318,7 +319,7 @@ class HistogramFamily:
         buckets: Sequence[float],
         wall: Callable[[], float],
         *,
-        max_series: int | None = None,
+        max_series: int | None | object = None,
         fold_labels: Collection[str] = (),
     ) -> None:
         self.name = name

@@ -178,7 +178,7 @@ class _Pending:
         self.size = 0
 
 
-def _check_seconds(name: str, value: float, *, positive: bool) -> float:
+def _check_seconds(name: str, value: object, *, positive: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
     if value < 0 or (positive and value == 0):
@@ -186,7 +186,7 @@ def _check_seconds(name: str, value: float, *, positive: bool) -> float:
     return float(value)
 
 
-def _check_count(name: str, value: int, minimum: int) -> int:
+def _check_count(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
@@ -205,15 +205,15 @@ class TraceAssembler:
     late spans (0: none; a late span then starts a new trace).
     """
 
-    def __init__(
+    def __init__(  # any value: each is checked here (compiled, a typed parameter would be checked first)
         self,
-        grace: float,
-        max_wait: float,
-        max_pending: int,
-        max_spans: int,
-        late_memory: int = DEFAULT_LATE_MEMORY,
-        max_trace_spans: int = DEFAULT_MAX_TRACE_SPANS,
-        max_bytes: int = TracesConfig().max_bytes,
+        grace: float | object,
+        max_wait: float | object,
+        max_pending: int | object,
+        max_spans: int | object,
+        late_memory: int | object = DEFAULT_LATE_MEMORY,
+        max_trace_spans: int | object = DEFAULT_MAX_TRACE_SPANS,
+        max_bytes: int | object = TracesConfig().max_bytes,
     ) -> None:
         self._grace = _check_seconds("grace", grace, positive=False)
         self._max_wait = _check_seconds("max_wait", max_wait, positive=True)
