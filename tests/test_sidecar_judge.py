@@ -4,6 +4,8 @@ against a scripted OpenAI-compatible server, exact judge series on the scraped `
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -229,3 +231,20 @@ def test_scores_are_sent_onward_as_evaluation_events_on_the_judged_trace() -> No
     assert attributes["gen_ai.evaluation.name"].string_value == "faithfulness"
     assert attributes["gen_ai.evaluation.score.value"].double_value == lexical_faithfulness(ANSWER, [t for _, t in DOCS])
 
+
+
+@pytest.mark.parametrize(("base_url", "imported"), [("", False), ("http://127.0.0.1:9/v1", True)])
+def test_the_openai_client_is_imported_only_with_an_endpoint(base_url: str, imported: bool) -> None:
+    """Without a judge endpoint the sidecar never imports ``openai`` (about 13 MB a process)."""
+    code = (
+        "import sys\n"
+        "from ragmon.app import Sidecar\n"
+        "from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig\n"
+        "config = Config(receiver=ReceiverConfig(http='', grpc=''), metrics=MetricsConfig(listen=''), "
+        "judge=JudgeConfig(base_url=sys.argv[1]))\n"
+        "car = Sidecar(config, environ={})\n"
+        "print(car.judge.mode, 'openai' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, base_url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["llm" if imported else "lexical", str(imported)]

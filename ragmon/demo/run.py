@@ -54,7 +54,7 @@ from ragmon.app import Sidecar
 from ragmon.config import Config, ProbeConfig
 from ragmon.demo.corpus import Corpus, build_corpus
 from ragmon.demo.service import RagService, ask_app
-from ragmon.judge.client import endpoint_from_config
+from ragmon.judge.endpoint import endpoint_from_config
 from ragmon.demo.view import Values, alerts, plain, read_values, render, service_samples
 
 __all__ = ["SERVICE", "DemoOptions", "demo", "demo_config"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import httpx2
@@ -28,8 +27,8 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.shared_params import ResponseFormatJSONSchema
 
-from ragmon.config import JudgeConfig
 from ragmon.errors import JudgeCallError, JudgePermanentError, JudgeRetryableError, JudgeTimeoutError
+from ragmon.judge.endpoint import PLACEHOLDER_KEY, Completion, JudgeEndpoint, endpoint_from_config
 from ragmon.judge.prompts import JudgeRequest
 
 __all__ = [
@@ -43,9 +42,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-PLACEHOLDER_KEY: Final = "ragmon-no-key"
-"""Sent as the key to a configured ``base_url`` when no key is set (local servers need none)."""
-
 MAX_REPLY_BYTES: Final = 4 * 1024 * 1024
 """A judge reply body (success or error) longer than this is refused while it is read."""
 _MAX_TOKENS: Final = 10**9
@@ -53,40 +49,6 @@ _MAX_TOKENS: Final = 10**9
 _MAX_MODEL_CHARS: Final = 256
 
 _UNSUPPORTED = re.compile(r"response_format|json_schema|structured.output|guided", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class JudgeEndpoint:
-    """Where the judge calls: ``base_url`` (``None``: OpenAI's) and the key (never printed)."""
-
-    base_url: str | None
-    api_key: str = field(repr=False)
-
-
-def endpoint_from_config(config: JudgeConfig, environ: Mapping[str, str]) -> JudgeEndpoint | None:
-    """The endpoint ``[judge]`` describes, or ``None`` when the judge is off.
-
-    ``base_url``: the config's, else ``OPENAI_BASE_URL``. Key: ``environ[config.api_key_env]``.
-    ``enabled`` True/False forces the judge on/off; ``None`` turns it on iff a key or a base URL
-    is set. A base URL without a key gets ``PLACEHOLDER_KEY`` (local servers need none).
-    """
-    if config.enabled is False:
-        return None
-    base_url = config.base_url.strip() or environ.get("OPENAI_BASE_URL", "").strip() or None
-    key = environ.get(config.api_key_env, "").strip() or None
-    if config.enabled is None and key is None and base_url is None:
-        return None
-    return JudgeEndpoint(base_url, key or PLACEHOLDER_KEY)
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """The judge's reply text and its token usage (0 when the server reports none)."""
-
-    text: str
-    input_tokens: int
-    output_tokens: int
-    model: str
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -52,7 +52,7 @@ from typing import Final, Literal, Protocol, TypeAlias, cast
 from ragmon.config import JudgeConfig
 from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
 from ragmon.errors import JudgeCallError, JudgeRetryableError, JudgeTimeoutError
-from ragmon.judge.client import Completion
+from ragmon.judge.endpoint import Completion
 from ragmon.judge.evaluators import Invalid, JudgeScores, parse_verdict, score_verdicts
 from ragmon.judge.prompts import (
     EVALUATORS,

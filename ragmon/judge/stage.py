@@ -30,7 +30,7 @@ from ragmon.config import JudgeConfig
 from ragmon import catalogue as cat
 from ragmon.export.exporter import GENERATION_SCORES, RagMetrics
 from ragmon.judge.breaker import BreakerState
-from ragmon.judge.client import JudgeClient, endpoint_from_config
+from ragmon.judge.endpoint import endpoint_from_config
 from ragmon.judge.lexical import lexical_faithfulness
 from ragmon.judge.onward import EvaluationResult, EvaluationSender
 from ragmon.judge.prompts import EVALUATORS, TOXICITY_CATEGORIES
@@ -79,6 +79,8 @@ class JudgeStage(Worker):
         self._rng = rng or random.Random()
         endpoint = endpoint_from_config(config, environ)
         if client is None and endpoint is not None:
+            from ragmon.judge.client import JudgeClient  # the openai client: only with an endpoint
+
             client = JudgeClient(endpoint, config.model, config.timeout)
         self.judge: Judge | None = (
             Judge(config, client, pricer, clock, self._on_judgement, self._rng) if client is not None else None

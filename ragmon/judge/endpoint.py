@@ -1,0 +1,50 @@
+"""Where the judge calls and what a call returns: plain values, so that wiring the judge
+(``JudgeStage``, ``ragmon demo``) does not import the ``openai`` client (about 13 MB a process)
+unless an endpoint is configured; ``ragmon.judge.client`` makes the calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from ragmon.config import JudgeConfig
+
+__all__ = ["Completion", "JudgeEndpoint", "PLACEHOLDER_KEY", "endpoint_from_config"]
+
+PLACEHOLDER_KEY: Final = "ragmon-no-key"
+"""Sent as the key to a configured ``base_url`` when no key is set (local servers need none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeEndpoint:
+    """Where the judge calls: ``base_url`` (``None``: OpenAI's) and the key (never printed)."""
+
+    base_url: str | None
+    api_key: str = field(repr=False)
+
+
+def endpoint_from_config(config: JudgeConfig, environ: Mapping[str, str]) -> JudgeEndpoint | None:
+    """The endpoint ``[judge]`` describes, or ``None`` when the judge is off.
+
+    ``base_url``: the config's, else ``OPENAI_BASE_URL``. Key: ``environ[config.api_key_env]``.
+    ``enabled`` True/False forces the judge on/off; ``None`` turns it on iff a key or a base URL
+    is set. A base URL without a key gets ``PLACEHOLDER_KEY`` (local servers need none).
+    """
+    if config.enabled is False:
+        return None
+    base_url = config.base_url.strip() or environ.get("OPENAI_BASE_URL", "").strip() or None
+    key = environ.get(config.api_key_env, "").strip() or None
+    if config.enabled is None and key is None and base_url is None:
+        return None
+    return JudgeEndpoint(base_url, key or PLACEHOLDER_KEY)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The judge's reply text and its token usage (0 when the server reports none)."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    model: str
