@@ -39,10 +39,12 @@ MODULES: tuple[str, ...] = (
     "ragmon.judge.lexical",
     "ragmon.judge.sampling",
     "ragmon.groundtruth.feedback",
+    "ragmon.metrics.kernels",
 )
 """Compiled by mypyc, all or none. Not here: modules whose public functions check argument
-types themselves (``ragmon.metrics``: mypyc would check them first, with another error) and
-modules whose tests replace their functions (``ragmon.scoring.pricing``)."""
+types themselves (``ragmon.metrics.retrieval``: mypyc would check them first, with another
+error; its kernels are here) and modules whose tests replace their functions
+(``ragmon.scoring.pricing``)."""
 
 
 def compiled_modules() -> list[str]:

@@ -6,17 +6,34 @@ collection of relevant ids (binary, grade 1) or a mapping ``id -> grade`` with i
 at their first rank. When no document has a grade above 0 the metric is undefined and the
 function returns ``None``: such a query is excluded from means, never scored 0 or 1.
 
-Each formula is written once, as a *kernel* (``*_of``) over the ranking's gains (the grade of
-each distinct ranked document, 0 when unjudged). The per-query functions, ``score_all`` and the
-live scorer (``ragmon.scoring.records``) all call these kernels; ``ragmon.metrics.batch`` is
-the vectorised second implementation, held equal to them by the tests.
+Each formula is written once, as a *kernel* (``*_of``, in ``ragmon.metrics.kernels``) over the
+ranking's gains (the grade of each distinct ranked document, 0 when unjudged). The per-query
+functions here check their arguments, then call the kernels, as ``score_all`` and the live
+scorer (``ragmon.scoring.records``) do; ``ragmon.metrics.batch`` is the vectorised second
+implementation, held equal to them by the tests.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, TypeAlias
+
+from ragmon.metrics.kernels import (
+    dcg_of,
+    dcg_prefix,
+    dedupe,
+    hit_of,
+    ideal_gains,
+    ndcg_of,
+    precision_of,
+    ranked_gains,
+    recall_of,
+    reciprocal_rank_of,
+    relevant_in_top,
+    relevant_prefix,
+    score_gains,
+)
 
 DocId: TypeAlias = Hashable
 Relevance: TypeAlias = Mapping[Any, float] | Collection[Any]
@@ -65,90 +82,9 @@ def as_grades(relevance: Relevance) -> dict[Any, float]:
     return dict.fromkeys(relevance, 1)
 
 
-def dedupe(ranking: Iterable[DocId]) -> list[DocId]:
-    """Return the ranking with repeated ids removed, each kept at its first rank."""
-    return list(dict.fromkeys(ranking))
-
-
 def _check_k(k: int) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-
-
-# Kernels: each formula once, over gains (pure, no validation).
-
-
-def ranked_gains(ranking: Iterable[DocId], grades: Mapping[Any, float]) -> list[float]:
-    """Grade of each distinct ranked document, best first (0 when unjudged)."""
-    return [grades.get(doc, 0) for doc in dedupe(ranking)]
-
-
-def ideal_gains(grades: Mapping[Any, float]) -> list[float]:
-    """Grades above 0 of all judged documents, highest first: the ideal ranking's gains."""
-    return sorted((g for g in grades.values() if g > 0), reverse=True)
-
-
-def relevant_prefix(gains: Sequence[float], depth: int) -> list[int]:
-    """Relevant documents (gain above 0) in the top 0, 1, …, ``depth``: item k is the top k's."""
-    out = [0] * (depth + 1)
-    found = 0
-    for rank in range(1, depth + 1):
-        if rank <= len(gains) and gains[rank - 1] > 0:
-            found += 1
-        out[rank] = found
-    return out
-
-
-def relevant_in_top(gains: Sequence[float], k: int) -> int:
-    """Number of relevant documents (gain above 0) in the top k (``relevant_prefix``'s item k)."""
-    return relevant_prefix(gains, k)[k]
-
-
-def hit_of(found: int) -> float:
-    """Hit from the number of relevant documents in the top k."""
-    return 1.0 if found else 0.0
-
-
-def reciprocal_rank_of(gains: Sequence[float], k: int | None = None) -> float:
-    """1 / rank of the first relevant document within the top k (all when ``k`` is None), else 0."""
-    for rank, gain in enumerate(gains[:k], start=1):
-        if gain > 0:
-            return 1.0 / rank
-    return 0.0
-
-
-def recall_of(found: int, num_relevant: int) -> float:
-    """Recall from the relevant documents found in the top k and all relevant documents."""
-    return found / num_relevant
-
-
-def precision_of(found: int, k: int) -> float:
-    """Precision from the relevant documents found in the top k (a short list still divides by k)."""
-    return found / k
-
-
-def dcg_prefix(gains: Sequence[float], depth: int) -> list[float]:
-    """DCG of the top 0, 1, …, ``depth`` (gain = grade, discount log2(rank + 1)), summed rank by
-    rank: item k is DCG@k (a short list's last value repeats)."""
-    out = [0.0] * (depth + 1)
-    total = 0.0
-    for rank, gain in enumerate(gains[:depth], start=1):
-        if gain > 0:
-            total += gain / math.log2(rank + 1)
-        out[rank] = total
-    for rank in range(len(gains) + 1, depth + 1):
-        out[rank] = total
-    return out
-
-
-def dcg_of(gains: Sequence[float], k: int) -> float:
-    """DCG of the top k (``dcg_prefix``'s item k)."""
-    return dcg_prefix(gains, k)[k]
-
-
-def ndcg_of(gains: Sequence[float], ideal: Sequence[float], k: int) -> float:
-    """DCG@k of the ranking over DCG@k of the ideal gains (``ideal_gains``)."""
-    return dcg_of(gains, k) / dcg_of(ideal, k)
 
 
 # Per-query metrics: validate, then call the kernels.
@@ -231,11 +167,4 @@ def score_all(
     if judged is None:
         return None
     gains, grades, num_rel = judged
-    depth = max(ks, default=0)
-    dcg, ideal_dcg = dcg_prefix(gains, depth), dcg_prefix(ideal_gains(grades), depth)
-    found_at = relevant_prefix(gains, depth)
-    out: dict[int, tuple[float, float, float, float]] = {}
-    for k in ks:
-        found = found_at[k]
-        out[k] = (hit_of(found), recall_of(found, num_rel), precision_of(found, k), dcg[k] / ideal_dcg[k])
-    return reciprocal_rank_of(gains), out
+    return score_gains(gains, ideal_gains(grades), num_rel, ks)
