@@ -85,3 +85,23 @@ def test_the_bytes_counted_are_at_least_what_the_store_holds(n: int) -> None:
         finally:
             tracemalloc.stop()
         assert held <= store.bytes, (n, held / n, store.bytes / n)
+
+
+def test_kept_entries_leave_the_cycle_collectors_care() -> None:
+    """A full store is not walked by every full collection: after one pass the collector no
+    longer tracks an entry (strings and numbers only), whether its ids are one string or a
+    tuple, and after its relevance was taken."""
+    store = FeedbackStore(retention=60.0, max_traces=100, keep_ids=3)
+    store.keep(_id(1), ["doc1", "doc2"], "svc", "v", now=0.0)
+    store.keep(_id(2), ["doc1", ""], "svc", "v", now=0.0)  # an empty id: ids held as a tuple
+    found = store.find(_id(1), 1.0)
+    assert isinstance(found, Kept)
+    store.take_relevance(_id(1), found)
+    gc.collect()
+    gc.collect()  # a tuple of ids is untracked in the first pass, the entry holding it in the next
+    held = list(store._kept.values())  # what the store holds, not find's answer made from it
+    assert [type(e[0]) for e in held] == [str, tuple]
+    assert [gc.is_tracked(e) for e in held] == [False, False]
+    taken = store.find(_id(1), 1.0)
+    assert isinstance(taken, Kept) and taken.relevance_taken and taken.ranking == ("doc1", "doc2")
+    assert store.trace_ids() == [_id(1), _id(2)]  # taking relevance keeps the entry's place

@@ -16,7 +16,7 @@ import sys
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol, TypeAlias
 
 from prometheus_client.metrics_core import Metric
 
@@ -126,9 +126,9 @@ _JOIN = "\x00"
 """Between the ids of a kept ranking held as one string."""
 
 
-@dataclass(slots=True)
-class Kept:
-    """What feedback needs of one scored trace."""
+class Kept(NamedTuple):
+    """What feedback needs of one scored trace (``FeedbackStore.find``'s answer; the store
+    holds the same fields as a plain tuple)."""
 
     ids: str | tuple[str, ...]
     """The ranking's ids joined by NUL: one string object, not one per id (a tuple when an id is
@@ -146,6 +146,11 @@ class Kept:
         if isinstance(ids, tuple):
             return ids
         return tuple(ids.split(_JOIN)) if ids else ()
+
+
+_Entry: TypeAlias = tuple[str | tuple[str, ...], str, str, float, int, bool]
+_KEPT_AT: Final = 3  # Kept's fields in an _Entry
+_SIZE: Final = 4
 
 
 def held_ids(ranking: Sequence[str]) -> str | tuple[str, ...]:
@@ -181,7 +186,10 @@ class FeedbackStore:
         self.max_bytes = max_bytes
         self.keep_ids = keep_ids
         """Ids of a ranking kept: the largest k (no metric looks deeper)."""
-        self._kept: OrderedDict[bytes, Kept] = OrderedDict()
+        self._kept: OrderedDict[bytes, _Entry] = OrderedDict()
+        """``Kept``'s fields as a plain tuple of strings and numbers: the cycle collector stops
+        tracking one after its first pass (not a tuple subclass's), so a full store (100,000
+        entries by default) is not walked by every full collection of ``ragmon run``."""
         self.bytes = 0
         self.dropped = {"evicted": 0, "expired": 0}
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
@@ -198,25 +206,29 @@ class FeedbackStore:
         self.expire(now)
         old = self._kept.pop(trace_id, None)
         if old is not None:
-            self.bytes -= old.size
+            self.bytes -= old[_SIZE]
         ids = held_ids(ranking[: self.keep_ids])
-        entry = Kept(ids, service, variant, now, entry_size(ids, service, variant))
-        self._kept[trace_id] = entry
-        self.bytes += entry.size
+        size = entry_size(ids, service, variant)
+        self._kept[trace_id] = (ids, service, variant, now, size, False)
+        self.bytes += size
         while len(self._kept) > self.max_traces or self.bytes > self.max_bytes:
             self._drop("evicted")
+
+    def take_relevance(self, trace_id: bytes, entry: Kept) -> None:
+        """Mark ``entry`` (``find``'s for ``trace_id``) as having had its relevance feedback."""
+        self._kept[trace_id] = (entry.ids, entry.service, entry.variant, entry.kept_at, entry.size, True)
 
     def expire(self, now: float) -> None:
         """Drop the entries older than ``retention`` (counted ``expired``)."""
         while self._kept:
             oldest = next(iter(self._kept.values()))
-            if now - oldest.kept_at <= self.retention:
+            if now - oldest[_KEPT_AT] <= self.retention:
                 return
             self._drop("expired")
 
     def _drop(self, reason: Literal["evicted", "expired"]) -> None:
         _, entry = self._kept.popitem(last=False)
-        self.bytes -= entry.size
+        self.bytes -= entry[_SIZE]
         self.dropped[reason] += 1
 
     def find(self, trace_id: bytes, now: float) -> Kept | Literal["unknown_trace", "expired"]:
@@ -225,10 +237,10 @@ class FeedbackStore:
         entry = self._kept.get(trace_id)
         if entry is None:
             return "unknown_trace"
-        if now - entry.kept_at > self.retention:
+        if now - entry[_KEPT_AT] > self.retention:
             self.expire(now)
             return "expired"
-        return entry
+        return Kept(*entry)
 
     def count(self, outcome: str) -> None:
         """Count one feedback request's outcome (``OUTCOMES``)."""
@@ -291,7 +303,7 @@ class Feedback:
             if found.relevance_taken:
                 self.store.count("duplicate")
                 return 409, {"error": "trace_id: relevance feedback was already taken for this trace (the first wins)"}
-            found.relevance_taken = True
+            self.store.take_relevance(parsed.trace_id, found)
             retrieval = score_retrieval(found.ranking, parsed.grades, "feedback", self.ks)
             if retrieval is None:  # nothing relevant: every metric is 0 and recall undefined; as for labels
                 self.store.count("accepted")
