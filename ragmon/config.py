@@ -342,8 +342,8 @@ class TracesConfig(_Section):
     """Spans held across all pending traces; past it the oldest trace is finished early."""
     max_bytes: int = _count(128 * 1024 * 1024)
     """Approximate bytes of span data held across pending traces; likewise (128 MiB: with the
-    queue's and the feedback store's bounds, a sidecar under sustained full load stays near
-    250 MB)."""
+    queue's and the feedback store's bounds, a sidecar under sustained full load holds about
+    245-270 MB, README Benchmarks)."""
 
 
 _WINDOWS = ("5m", "1h")
