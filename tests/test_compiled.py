@@ -136,3 +136,16 @@ def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Pat
     ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environ | {"PYTHONPATH": str(tmp_path)},
                          capture_output=True, text=True, timeout=60)
     assert ran.stdout.split() == ["python", "0"], ran.stderr
+
+
+def test_ragmon_build_python_builds_nothing(tmp_path: Path) -> None:
+    """``RAGMON_BUILD_PYTHON=1`` at build time: neither the decoder nor the pipeline is compiled
+    (mutation testing edits the source, which a compiled module would shadow)."""
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "ragmon", tmp_path / "ragmon", ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    environ = {k: v for k, v in os.environ.items() if k != "RAGMON_PIPELINE"} | {"RAGMON_BUILD_PYTHON": "1"}
+    done = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(tmp_path.rglob("*.so")) == [] and not (tmp_path / "build").exists()
