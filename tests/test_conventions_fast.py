@@ -647,12 +647,16 @@ def test_resolve_documents(
     [
         (-1, None), (0, 0), (7, 7), (2.0, 2), (2.5, None), ("12", 12), ("x", None),
         (True, None), (False, None), (None, None), (math.nan, None), (math.inf, None),
-        (-0.0, 0), ("0.5", None), ("1e400", None), ("", None), (3.0, 3), (1e20, 10**20),
-        (("d1", 2), None), (b"d1", None), ("d1", None),
+        (-0.0, 0), ("0.5", None), ("1e400", None), ("", None), (3.0, 3), (1e12, 10**12),
+        (("d1", 2), None), (b"d1", None), ("d1", None), (10**12, 10**12), (10**12 + 1, None),
+        (1e20, None), (1e308, None), (2**63 - 1, None), ("1000000000000", 10**12),
+        ("1000000000001", None), ("0" * 13, 0), ("0" * 14, None), ("9" * 5000, None), ("²", None),
+        ("١٢", None), (" 12", None),
     ],
 )
 def test_as_int(value: Any, expected: int | None) -> None:
-    """Whole, non-negative counts only; booleans are not counts."""
+    """Whole, non-negative counts up to MAX_COUNT only (a larger one would poison a counter for
+    good); booleans are not counts; only ASCII digits (``int("²")`` raises)."""
     assert common.as_int(value) == expected
 
 
@@ -671,6 +675,11 @@ def _usage(usage: Any) -> tuple[int, int, int] | None:
         ({openinference.COST_TOTAL: 0.5}, None, None, None, 0.5, False, False),
         ({openinference.COST_PROMPT: 0.25, openinference.COST_COMPLETION: "0.5"}, None, None, None, 0.75, False, False),
         ({openinference.COST_TOTAL: math.nan, openinference.COST_PROMPT: 1}, None, None, None, 1.0, False, False),
+        ({openinference.COST_TOTAL: 1e6}, None, None, None, 1e6, False, False),
+        ({openinference.COST_TOTAL: 1.0000001e6}, None, None, None, None, False, False),
+        ({openinference.COST_PROMPT: 1e308, openinference.COST_COMPLETION: 1e308}, None, None, None, None, False, False),
+        ({openinference.TOKENS_PROMPT: 1e308, openinference.TOKENS_COMPLETION: 2**63 - 1}, None, None, None, None, False, False),
+        ({genai.INPUT_TOKENS: "²", genai.OUTPUT_TOKENS: 10**12}, None, (0, 10**12, 0), None, None, False, False),
         ({genai.INPUT_TOKENS: 7, genai.OUTPUT_TOKENS: 3}, None, (7, 3, 0), None, None, False, False),
         ({genai.PROMPT_TOKENS: 4, openllmetry.TOTAL_TOKENS: 9}, None, (4, 0, 0), (9, 0, 0), None, False, False),
         ({genai.INPUT_TOKENS: -1, genai.OUTPUT_TOKENS: 2.0}, None, (0, 2, 0), None, None, False, False),

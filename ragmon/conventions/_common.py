@@ -102,18 +102,25 @@ class Usage(NamedTuple):
 # -- values -----------------------------------------------------------------------------------
 
 
+MAX_COUNT = 10**12
+"""The largest count read (tokens, grades): no call reports more, and a larger one (``1e308``,
+an ``INT64_MAX`` placeholder) would leave a counter infinite or useless for good."""
+
+
 def as_int(value: object) -> int | None:
-    """A token count: a non-negative int (from int, integral float or digit string), else None."""
+    """A token count: an int in [0, ``MAX_COUNT``] (from int, integral float or ASCII digit
+    string), else None."""
     if type(value) is int:  # the common case first
-        return value if value >= 0 else None
+        return value if 0 <= value <= MAX_COUNT else None
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
+        return value if 0 <= value <= MAX_COUNT else None
     if isinstance(value, float):
-        return int(value) if math.isfinite(value) and value >= 0 and value.is_integer() else None
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
+        return int(value) if math.isfinite(value) and 0 <= value <= MAX_COUNT and value.is_integer() else None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 13:
+        number = int(value)  # isascii: "²" is a digit to isdigit, not to int()
+        return number if number <= MAX_COUNT else None
     return None
 
 

@@ -151,6 +151,11 @@ def usage(attributes: Attributes) -> Usage | None:
     return Usage(prompt or 0, completion or 0, as_int(attributes.get(TOKENS_CACHE_READ)) or 0)
 
 
+MAX_COST_USD = 1e6
+"""The largest cost of one call read: a larger one (``1e308``) would leave the cost counter
+infinite for good."""
+
+
 def cost(attributes: Attributes) -> float | None:
     """``llm.cost.total``, else ``llm.cost.prompt`` + ``llm.cost.completion``; None when absent."""
     raw_total = attributes.get(COST_TOTAL)
@@ -158,12 +163,12 @@ def cost(attributes: Attributes) -> float | None:
         return None  # the common case: no cost recorded
     total = as_float(raw_total)
     if total is not None:
-        return total if total >= 0 else None
+        return total if 0 <= total <= MAX_COST_USD else None
     parts = [as_float(attributes.get(COST_PROMPT)), as_float(attributes.get(COST_COMPLETION))]
     if parts[0] is None and parts[1] is None:
         return None
     value = sum(p for p in parts if p is not None)
-    return value if value >= 0 else None
+    return value if 0 <= value <= MAX_COST_USD else None
 
 
 def _messages(attributes: Attributes, prefix: str) -> list[tuple[str | None, str]]:
