@@ -74,8 +74,8 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 
 
 def prefer_source(environ: Mapping[str, str] = os.environ) -> bool:
-    """With ``RAGMON_PIPELINE=python`` (in ``environ``), make
-    the modules of ``MODULES`` load from source from now on; whether it did."""
+    """With ``RAGMON_PIPELINE=python`` in ``environ``, make the modules of ``MODULES`` load from
+    source from now on; whether it did."""
     if environ.get("RAGMON_PIPELINE", "").lower() != "python":
         return False
     if not any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):

@@ -105,6 +105,7 @@ class Usage(NamedTuple):
 MAX_COUNT = 10**12
 """The largest count read (tokens, grades): no call reports more, and a larger one (``1e308``,
 an ``INT64_MAX`` placeholder) would leave a counter infinite or useless for good."""
+_MAX_COUNT_DIGITS = len(str(MAX_COUNT))
 
 
 def as_int(value: object) -> int | None:
@@ -118,7 +119,7 @@ def as_int(value: object) -> int | None:
         return value if 0 <= value <= MAX_COUNT else None
     if isinstance(value, float):
         return int(value) if math.isfinite(value) and 0 <= value <= MAX_COUNT and value.is_integer() else None
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 13:
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= _MAX_COUNT_DIGITS:
         number = int(value)  # isascii: "²" is a digit to isdigit, not to int()
         return number if number <= MAX_COUNT else None
     return None
