@@ -703,3 +703,18 @@ def test_usage_and_cost(
     assert openinference.cost(attributes) == cost
     assert openinference.has_documents(attributes) == documents
     assert openinference.has_reranked(attributes) == reranked
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        ('[{}, "a", 1, true, [2], null, ""]', {"a": 1, "1": 1}),
+        ('[{"id": "x"}]', {}),
+        (("b", "", "c"), {"b": 1, "c": 1}),
+        ("d", {"d": 1}),
+    ],
+)
+def test_relevant_ids_take_ids_and_skip_anything_else(ids: Any, expected: dict[str, int]) -> None:
+    """A JSON array of relevant ids may hold anything: objects, arrays, booleans and nulls are
+    skipped (compiled, an item outside the attribute types once raised TypeError)."""
+    assert extract._labels({extract.RELEVANT_IDS: ids}) == expected

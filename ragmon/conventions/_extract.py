@@ -413,13 +413,16 @@ def _labels(attributes: Attributes) -> dict[str, int] | None:
     if ids is None and graded is None:
         return None
     labels: dict[str, int] = {}
+    # object, not AttrValue: a JSON array holds anything (compiled, a narrower item type is checked)
+    items: tuple[object, ...] = ()
     if isinstance(ids, str):  # a JSON array, or a single id
         parsed: Any = loads(ids) if ids.lstrip().startswith("[") else None
-        ids = tuple(parsed) if isinstance(parsed, list) else (ids,)
-    if isinstance(ids, tuple):
-        for item in ids:
-            if isinstance(item, (str, int)) and not isinstance(item, bool) and item != "":
-                labels[str(item)] = 1
+        items = tuple(parsed) if isinstance(parsed, list) else (ids,)
+    elif isinstance(ids, tuple):
+        items = ids
+    for item in items:
+        if isinstance(item, (str, int)) and not isinstance(item, bool) and item != "":
+            labels[str(item)] = 1
     grades: Any = loads(graded) if isinstance(graded, str) else None
     if isinstance(grades, Mapping):
         for key, value in grades.items():
