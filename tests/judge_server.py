@@ -34,7 +34,7 @@ from ragmon.judge.prompts import COHERENCE_CHECKS, TOXICITY_CATEGORIES
 Responder = Callable[[dict[str, Any]], str]
 
 _KEYS = re.compile(r"exactly these keys: ([^\n]*?)\.\n")
-_DOCS = re.compile(r"DOCUMENTS \((\d+)\):")
+_DOCS = re.compile(r"DOCUMENTS \((\d+)[):;]")
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ class Action:
     ``error`` message, a ``delay`` first, a ``retry_after`` header, ``drop`` the connection, a
     ``raw`` 200 body that is not a chat completion (``raw_bytes`` with extra ``headers``),
     ``hang`` (never answer), ``stream`` that many bytes chunked, with no length, or ``wire``
-    bytes written as they are instead of an HTTP response."""
+    bytes written as they are instead of an HTTP response. ``finish_reason`` is the reply's
+    (``"length"``: cut at ``max_tokens``); ``no_usage`` leaves ``usage`` out of the reply."""
 
     content: str | None = None
     status: int = 200
@@ -58,11 +59,23 @@ class Action:
     hang: bool = False
     stream: int = 0
     wire: bytes | None = None
+    finish_reason: str = "stop"
+    no_usage: bool = False
 
 
 def reply(content: str, usage: tuple[int, int] | None = None) -> Action:
     """Answer 200 with this message content."""
     return Action(content=content, usage=usage)
+
+
+def cut_at_max_tokens(content: str | None = None) -> Action:
+    """Answer 200 with finish reason ``length``: the reply was cut at ``max_tokens``."""
+    return Action(content=content, finish_reason="length")
+
+
+def without_usage(content: str | None = None) -> Action:
+    """Answer 200 with no ``usage`` object at all."""
+    return Action(content=content, no_usage=True)
 
 
 def status(code: int, retry_after: str | None = None, error: str = "scripted error") -> Action:
@@ -259,7 +272,7 @@ class JudgeServer:
                 return response
             content = action.content if action.content is not None else self.responder(body)
             prompt, completion_tokens = action.usage or self.usage
-            return web.json_response({
+            answer: dict[str, Any] = {
                 "id": f"chatcmpl-{len(self.requests)}",
                 "object": "chat.completion",
                 "created": int(time.time()),
@@ -267,11 +280,13 @@ class JudgeServer:
                 "choices": [{
                     "index": 0,
                     "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
+                    "finish_reason": action.finish_reason,
                 }],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt + completion_tokens},
-            })
+            }
+            if not action.no_usage:
+                answer["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                                   "total_tokens": prompt + completion_tokens}
+            return web.json_response(answer)
         finally:
             self.current -= 1
 

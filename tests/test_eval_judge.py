@@ -186,15 +186,16 @@ def test_failures_mid_run_are_counted_never_scored(server: JudgeServer, tmp_path
 
 def test_budget_exhausted_is_a_failure(server: JudgeServer, tmp_path: Path) -> None:
     rows = distinct(4, RECORDS[1])
-    # 100 input tokens at $10,000 per million = $1 per call; the budget is $0.5
-    cfg = config(tmp_path, '[judge]\nmax_usd_per_hour = 0.5\n[pricing."judge-model"]\ninput = 10000.0\noutput = 0.0\n')
+    # the budget is checked right before each call against the call's estimated cost: at
+    # $10,000 per million input tokens a prompt of some hundred tokens is over $1.5
+    cfg = config(tmp_path, '[judge]\nmax_usd_per_hour = 1.5\n[pricing."judge-model"]\ninput = 10000.0\noutput = 0.0\n')
     result = ragmon("eval", write_jsonl(tmp_path / "run.jsonl", rows),
                     *judge_args(server, tmp_path, "--config", cfg, "--judge-concurrency", "1"), "--format", "json")
     out = json.loads(result.stdout)
-    assert len(server.requests) == 1
-    assert out["judged"]["faithfulness"]["scored"] == 1
-    assert out["judged"]["faithfulness"]["failures"] == {"budget": 3}
-    assert "1 record(s) sent, 0 from the cache; $1.0000," in result.stderr
+    assert len(server.requests) == 0  # no call: spend never passes the budget
+    assert out["judged"]["faithfulness"]["scored"] == 0
+    assert out["judged"]["faithfulness"]["failures"] == {"budget": 4}
+    assert "0 record(s) sent, 0 from the cache; $0.0000," in result.stderr
 
 
 def test_gate_exit_codes(server: JudgeServer, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from judge_server import (
     JudgeServer,
     completion,
+    cut_at_max_tokens,
     delay,
     drop,
     gzip_bomb,
@@ -106,9 +107,11 @@ def test_completion_sends_schema_and_temperature_zero_and_reads_usage() -> None:
     with judge_server_thread(usage=(321, 45)) as server:
         server.script(reply('{"x": 1}'))
         (result,) = _complete(server)
-        assert result == Completion('{"x": 1}', 321, 45, "judge-model")
+        assert result == Completion('{"x": 1}', 321, 45, "judge-model", "stop")
         (body,) = server.requests
     assert body["temperature"] == 0 and body["model"] == "judge-model"
+    # 64 (the object) + faithfulness 16 + 32 claims x 64 + answer relevance 160
+    assert body["max_tokens"] == _request().max_tokens == 2288 and "max_completion_tokens" not in body
     assert body["response_format"] == _request().response_format
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["strict"] is True
@@ -193,7 +196,56 @@ def test_a_reply_without_content_is_empty_text() -> None:
     with judge_server_thread() as server:
         server.script(raw('{"choices": [{"index": 0, "message": {"role": "assistant", "content": null}}]}'))
         (result,) = _complete(server)
-    assert result == Completion("", 0, 0, "judge-model")
+    assert result == Completion("", None, None, "judge-model", None)  # no usage: not reported, never 0
+
+
+@pytest.mark.parametrize(("usage", "expected"), [
+    ({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}, (7, 3)),
+    ({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}, (0, 0)),  # the runner reads 0 as none
+    ({"completion_tokens": 3}, (None, 3)),
+    ({"prompt_tokens": -1, "completion_tokens": True}, (None, None)),
+    ({"prompt_tokens": 10**12, "completion_tokens": 2.5}, (None, None)),
+])
+def test_usage_is_read_as_reported_or_none(usage: dict[str, Any], expected: tuple[int | None, int | None]) -> None:
+    body = json.loads(completion("{}"))
+    body["usage"] = usage
+    with judge_server_thread() as server:
+        server.script(raw(json.dumps(body)))
+        (result,) = _complete(server)
+    assert isinstance(result, Completion) and (result.input_tokens, result.output_tokens) == expected
+
+
+def test_a_reply_cut_at_max_tokens_says_so() -> None:
+    with judge_server_thread() as server:
+        server.script(cut_at_max_tokens('{"faithfulness": {"claims": [{"claim": "Par'))
+        (result,) = _complete(server)
+    assert isinstance(result, Completion) and result.finish_reason == "length"
+
+
+def test_a_server_refusing_max_tokens_gets_max_completion_tokens_from_then_on() -> None:
+    """OpenAI's reasoning models refuse ``max_tokens`` and name ``max_completion_tokens``."""
+    refusal = ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+               "Use 'max_completion_tokens' instead.")
+    with judge_server_thread() as server:
+        server.script(status(400, error=refusal))
+        first, second = _complete(server, calls=2)
+        bodies = list(server.requests)
+    assert isinstance(first, Completion) and isinstance(second, Completion)
+    limits = [(b.get("max_tokens"), b.get("max_completion_tokens"), "response_format" in b) for b in bodies]
+    n = _request().max_tokens
+    assert limits == [(n, None, True), (None, n, True), (None, n, True)]  # structured output kept
+
+
+def test_a_refusal_of_max_tokens_for_its_size_is_an_error() -> None:
+    """A limit the model cannot give (older models: 4,096 output tokens) is this request's
+    refusal (400), not a reason to rename the parameter."""
+    with judge_server_thread() as server:
+        server.script(status(400, error="max_tokens is too large: 2288. This model supports at most 2048 completion tokens"),
+                      status(400, error="max_tokens is too large"))
+        (result,) = _complete(server)
+        bodies = list(server.requests)
+    assert isinstance(result, JudgePermanentError) and result.status == 400
+    assert [b.get("max_tokens") for b in bodies] == [2288, 2288] and all("max_completion_tokens" not in b for b in bodies)
 
 
 # -- garbage and oversized replies -----------------------------------------------------------

@@ -43,7 +43,14 @@ from ragmon.judge import runner as runner_module
 from ragmon.judge.breaker import BreakerState, CircuitBreaker
 from ragmon.judge.client import MAX_REPLY_BYTES, Completion
 from ragmon.judge.onward import EvaluationResult, SenderStats
-from ragmon.judge.prompts import COHERENCE_CHECKS, TOXICITY_CATEGORIES, JudgeRequest
+from ragmon.judge.prompts import (
+    COHERENCE_CHECKS,
+    EVALUATORS,
+    TOXICITY_CATEGORIES,
+    JudgeRequest,
+    build_judge_request,
+    estimate_tokens,
+)
 from ragmon.judge.redact import Redactor
 from ragmon.judge.runner import CompletionClient, Judge, Judgement
 from ragmon.judge.sampling import JudgeAdmission
@@ -59,7 +66,7 @@ FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None
 
 @pytest.fixture
 def work(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """Counts the per-record work of the judge: redaction, cache key, admission, prompt."""
+    """Counts the per-record work of the judge: cutting, cache key, admission, redaction, prompt."""
     calls: Counter[str] = Counter()
 
     def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -69,6 +76,7 @@ def work(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         return wrapper
 
     monkeypatch.setattr(Redactor, "redact_record", counting("redact", Redactor.redact_record))
+    monkeypatch.setattr(runner_module, "trim_record", counting("trim", runner_module.trim_record))
     monkeypatch.setattr(JudgeAdmission, "decide", counting("admit", JudgeAdmission.decide))
     monkeypatch.setattr(runner_module, "_cache_key", counting("hash", runner_module._cache_key))
     monkeypatch.setattr(runner_module, "build_judge_request", counting("prompt", runner_module.build_judge_request))
@@ -82,7 +90,7 @@ def test_an_open_breaker_refuses_before_redaction_hashing_and_queueing(work: Cou
                   lambda r, j: None, breaker=breaker)
     results = [judge.submit(record(n), 1.0, probe=n == 7) for n in range(20)]
     assert results == ["breaker_open"] * 20
-    assert work == Counter()  # no redaction, no sha256 key, no admission (budget untouched), no prompt
+    assert work == Counter()  # no copy, no sha256 key, no admission (budget untouched), no redaction, no prompt
     stats = judge.stats()
     assert stats.queue_depth == 0 and stats.cache_hits == 0
     assert {e: stats.counts.get((e, "error"), 0) for e in runner_module.EVALUATORS} == dict.fromkeys(
@@ -90,7 +98,8 @@ def test_an_open_breaker_refuses_before_redaction_hashing_and_queueing(work: Cou
     assert breaker.state is BreakerState.OPEN  # asking did not move it
     # once the cool-down is over the next record is admitted (the trial is left to the worker)
     assert judge.submit(record(99), 61.0) == "queued"
-    assert work["redact"] == work["hash"] == work["admit"] == 1 and work["prompt"] == 0
+    assert work["trim"] == work["hash"] == work["admit"] == 1
+    assert work["redact"] == work["prompt"] == 0  # both in the worker, off the event loop
     assert breaker.state is BreakerState.OPEN and breaker.allow(61.0)
 
 
@@ -185,9 +194,14 @@ def test_absurd_usage_and_model_names_do_not_poison_cost_or_memory() -> None:
     pricer = Pricer({MODEL: Price(input=1.0, output=1.0)}, package_table=False)
     h = run(lambda h: judge_all(h, record(1), record(2)), server=server, pricer=pricer)
     stats = h.judge.stats()
-    assert h.count("ok") == 2 and stats.cost_usd == 0.0 and stats.unpriced_tokens == 0
+    # counts that are no counts are estimated (the prompt's bytes / 3, the reply's bytes / 3), priced, charged
+    request = build_judge_request(record(1), EVALUATORS, "0" * 16)
+    assert request is not None
+    tokens = (request.input_tokens_estimate, estimate_tokens(verdict_for_all()))
+    assert h.count("ok") == 2 and stats.unpriced_tokens == 0 and stats.usage_estimated == 2
+    assert stats.cost_usd == pytest.approx(2 * sum(tokens) / 1e6, rel=1e-12)
     assert [j.model for _, j in h.results] == [MODEL, MODEL]
-    assert [(j.input_tokens, j.output_tokens) for _, j in h.results] == [(0, 0), (0, 0)]
+    assert [(j.input_tokens, j.output_tokens) for _, j in h.results] == [tokens, tokens]
 
 
 class _InfinitePricer(Pricer):
@@ -307,13 +321,17 @@ def _secret_record(n: int) -> RagRecord:
                   reference_answer=f"{REFERENCE} Paris.")
 
 
+BUG_TOKENS = 777_777
+"""A reply reporting this many prompt tokens makes ``_BuggyPricer`` raise."""
+
+
 class _BuggyPricer(Pricer):
-    """Raises with content in the message for one model name: a bug in the worker's path."""
+    """Raises with content in the message for one token count: a bug in the worker's path."""
 
     def price(self, model: str, provider: str | None, input_tokens: int, output_tokens: int,
               cached_input_tokens: int = 0, span_cost_usd: float | None = None,
               at_ns: int | None = None) -> PriceResult:
-        if model == "bug-model":
+        if input_tokens == BUG_TOKENS:
             raise RuntimeError(f"bug while pricing {ECHO}")
         return super().price(model, provider, input_tokens, output_tokens, cached_input_tokens, span_cost_usd, at_ns)
 
@@ -358,7 +376,7 @@ def test_no_log_record_carries_content_replies_or_the_key(caplog: pytest.LogCapt
         # malformed HTTP: h11's errors quote the bytes they refused
         wire(f"HTTP/1.1 200 OK\r\n{QUERY} {REPLY}\r\n\r\n".encode()), wire(f"{ECHO}\r\n\r\n".encode()),
         delay(1.0, content=ECHO), delay(1.0, content=ECHO),  # timeouts
-        raw(completion(verdict_for_all(), model="bug-model")),  # a bug in the worker
+        raw(completion(verdict_for_all(), usage={"prompt_tokens": BUG_TOKENS, "completion_tokens": 1})),  # a bug
         Action(),  # a valid verdict: ok, then on_result raises
     )
 

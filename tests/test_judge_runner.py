@@ -14,11 +14,18 @@ from typing import Any
 
 import pytest
 
-from judge_server import JudgeServer, delay, drop, reply, requested, status, user_text, verdict_for
+from judge_server import Action, JudgeServer, delay, drop, reply, requested, status, user_text, verdict_for
 from ragmon.config import JudgeConfig, Price
 from ragmon.judge.breaker import BreakerState, CircuitBreaker
 from ragmon.judge.client import Completion, JudgeClient, JudgeEndpoint
-from ragmon.judge.prompts import COHERENCE_CHECKS, EVALUATORS, TOXICITY_CATEGORIES, JudgeRequest, applicable_evaluators
+from ragmon.judge.prompts import (
+    COHERENCE_CHECKS,
+    EVALUATORS,
+    TOXICITY_CATEGORIES,
+    JudgeRequest,
+    applicable_evaluators,
+    build_judge_request,
+)
 from ragmon.judge.redact import Redactor
 from ragmon.judge.runner import OUTCOMES, Judge, Judgement
 from ragmon.model import RagRecord, RetrievedDocument
@@ -271,22 +278,47 @@ def test_an_on_result_exception_does_not_kill_a_worker() -> None:
 # -- admission: sampling, per-minute cap, budget, queue, concurrency -------------------------
 
 
-def test_budget_stops_admissions_once_spent() -> None:
-    pricer = Pricer({MODEL: Price(input=10_000.0, output=0.0)}, package_table=False)  # 100 tokens = $1
+def estimated_call(rec: RagRecord) -> tuple[int, int]:
+    """The tokens the judge reserves for ``rec`` with every evaluator: its prompt's estimate and
+    ``max_tokens`` (a nonce is always 16 characters, so any nonce gives the same size)."""
+    request = build_judge_request(rec, ALL, "0" * 16)
+    assert request is not None
+    return request.input_tokens_estimate, request.max_tokens
+
+
+def test_budget_stops_calls_once_spent_and_admissions_once_used_up() -> None:
+    """A call is estimated at $1 and, as the server reports the tokens estimated, costs $1:
+    with $2.5 an hour two calls fit; the third is refused right before it would be sent, a
+    probe too. An hour later a call costs $3 (the server reports three times the estimate):
+    the spend is over the budget, so traces are refused as they arrive; an hour later again
+    the judge calls."""
+    tokens_in, tokens_out = estimated_call(record(1))  # records 1..9: one-digit queries, the same size
+    price = 1e6 / (tokens_in + tokens_out)
+    pricer = Pricer({MODEL: Price(input=price, output=price)}, package_table=False)
+    server = JudgeServer(usage=(tokens_in, tokens_out))
+    server.script(Action(), Action(), Action(usage=(3 * tokens_in + 2 * tokens_out, tokens_out)))
 
     async def scenario(h: Harness) -> None:
-        for n in range(3):
-            await judged(h, record(n))
-        assert [h.submit(record(n)) for n in (10, 11)] == ["skipped_budget", "skipped_budget"]
-        assert h.submit(record(12), probe=True) == "skipped_budget"  # probes respect the budget too
+        await judged(h, record(1), record(2))
+        await judged(h, record(3))  # queued ($2 < $2.5), refused by its reservation ($2 + $1 > $2.5)
+        assert h.submit(record(4), probe=True) == "queued"  # probes respect the budget too
+        await h.judge.join()
         h.now[0] += 3700.0  # an hour later the spend has left the window
-        await judged(h, record(13))
+        await judged(h, record(5))  # reserved $1, cost $3
+        assert [h.submit(record(n)) for n in (6, 7)] == ["skipped_budget"] * 2
+        assert h.submit(record(8), probe=True) == "skipped_budget"
+        h.now[0] += 3700.0
+        await judged(h, record(9))
 
-    h = run(scenario, cfg=config(max_usd_per_hour=2.5), pricer=pricer)
+    h = run(scenario, cfg=config(max_usd_per_hour=2.5), pricer=pricer, server=server)
     stats = h.judge.stats()
-    assert stats.cost_usd == pytest.approx(4.0) and stats.unpriced_tokens == 0
-    assert h.count("skipped_budget") == 3 and h.count("ok") == 4
-    assert [j.cost_usd for _, j in h.results] == pytest.approx([1.0] * 4)
+    assert len(h.server.requests) == 4
+    assert stats.cost_usd == pytest.approx(6.0, rel=1e-12) and stats.unpriced_tokens == 0
+    assert h.count("skipped_budget") == 5 and h.count("ok") == 4
+    assert [(j.outcome, j.cost_usd) for _, j in h.results] == [
+        ("ok", pytest.approx(1.0)), ("ok", pytest.approx(1.0)), ("skipped_budget", None), ("skipped_budget", None),
+        ("ok", pytest.approx(3.0)), ("ok", pytest.approx(1.0)),
+    ]
 
 
 def test_unpriced_judge_tokens_are_counted() -> None:
@@ -432,7 +464,9 @@ def test_redaction_patterns_never_reach_the_server() -> None:
     assert "[REDACTED]" in text
     for secret in ("alice", "bob", "carol", "ｃａｒｏｌ", "dave", "erin", "example.", "＠", "@"):
         assert secret not in text
-    assert h.results[0][0] == leaky  # on_result gets the original record
+    delivered = h.results[0][0]  # on_result gets the record unredacted (as cut: the context list only)
+    assert (delivered.trace_id, delivered.query, delivered.answer, delivered.reranked) == (
+        leaky.trace_id, leaky.query, leaky.answer, leaky.reranked)
 
 
 def test_redactor_unit() -> None:

@@ -164,20 +164,19 @@ def test_text_with_a_lone_surrogate_is_judged_and_cached() -> None:
 # -- pricing of the judge's own tokens --------------------------------------------------------
 
 
-def test_a_reply_naming_an_unpriced_model_is_priced_as_the_configured_model() -> None:
-    """A proxy may answer with its own deployment name: fall back to ``judge.model``'s price,
-    but a reply naming another priced model is priced as that model."""
+@pytest.mark.parametrize("named", ["proxy-deployment-7", "bigger-model", "cheaper-model"])
+def test_a_reply_naming_another_model_is_priced_as_the_configured_model(named: str) -> None:
+    """A proxy may answer with its own deployment name, priced or not: the reply's model name
+    never chooses the price, ``judge.model``'s is always used (and the name is reported)."""
     usage = {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}
     server = JudgeServer()
-    server.script(raw(completion(verdict_for_all(), model="proxy-deployment-7", usage=usage)),
-                  raw(completion(verdict_for_all(), model="bigger-model", usage=usage)))
-    pricer = Pricer({MODEL: Price(input=2.0, output=4.0), "bigger-model": Price(input=10.0, output=30.0)},
-                    package_table=False)
-    h = run(lambda h: judged(h, record(1), record(2)), cfg=config(concurrency=1), server=server, pricer=pricer)
-    assert [(j.outcome, j.model) for _, j in h.results] == [("ok", "proxy-deployment-7"), ("ok", "bigger-model")]
-    assert [j.cost_usd for _, j in h.results] == pytest.approx([0.004, 0.025])
+    server.script(raw(completion(verdict_for_all(), model=named, usage=usage)))
+    pricer = Pricer({MODEL: Price(input=2.0, output=4.0), "bigger-model": Price(input=10.0, output=30.0),
+                     "cheaper-model": Price(input=0.0, output=0.0)}, package_table=False)
+    h = run(lambda h: judged(h, record(1)), server=server, pricer=pricer)
+    assert [(j.outcome, j.model, j.cost_usd) for _, j in h.results] == [("ok", named, pytest.approx(0.004, rel=1e-12))]
     stats = h.judge.stats()
-    assert stats.cost_usd == pytest.approx(0.029) and stats.unpriced_tokens == 0
+    assert stats.cost_usd == pytest.approx(0.004, rel=1e-12) and stats.unpriced_tokens == 0
 
 
 def test_a_free_judge_model_costs_zero_and_is_not_unpriced() -> None:

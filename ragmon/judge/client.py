@@ -3,7 +3,10 @@
 One ``complete`` call is one HTTP request (the ``openai`` client's own retries are off; the
 runner retries). Structured output (``response_format`` with a strict JSON schema) is used
 until the server rejects it; from then on the client sends ``fallback_messages`` (JSON-only
-instructions) without ``response_format``. Failures are translated at this boundary:
+instructions) without ``response_format``. Every call carries the request's ``max_tokens``; a
+server that refuses that parameter and names ``max_completion_tokens`` instead (OpenAI's
+reasoning models) gets the limit under that name from then on. Failures are translated at this
+boundary:
 
 - ``JudgeRetryableError``: 429, 5xx, a refused or dropped connection;
 - ``JudgeTimeoutError``: no answer within the timeout;
@@ -45,10 +48,12 @@ _log = logging.getLogger(__name__)
 MAX_REPLY_BYTES: Final = 4 * 1024 * 1024
 """A judge reply body (success or error) longer than this is refused while it is read."""
 _MAX_TOKENS: Final = 10**9
-"""A usage count above this is not a real call's; it counts as not reported (0)."""
+"""A usage count above this is not a real call's; it counts as not reported (``None``)."""
 _MAX_MODEL_CHARS: Final = 256
+_MAX_FINISH_REASON_CHARS: Final = 64
 
 _UNSUPPORTED = re.compile(r"response_format|json_schema|structured.output|guided", re.IGNORECASE)
+_NOT_MAX_TOKENS = re.compile(r"max_tokens.*max_completion_tokens", re.IGNORECASE | re.DOTALL)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -106,6 +111,11 @@ def _rejects_structured_output(exc: openai.APIStatusError, first: bool) -> bool:
     return bool(_UNSUPPORTED.search(detail)) or (first and exc.status_code == 400)
 
 
+def _rejects_max_tokens(exc: openai.APIStatusError) -> bool:
+    """A 400 that refuses ``max_tokens`` and names ``max_completion_tokens`` instead."""
+    return exc.status_code == 400 and bool(_NOT_MAX_TOKENS.search(f"{exc.message} {exc.body!r}"))
+
+
 def _translate(exc: openai.OpenAIError) -> JudgeCallError:
     """The ``openai`` exception as one of ours."""
     if isinstance(exc, openai.APITimeoutError):
@@ -123,11 +133,11 @@ def _translate(exc: openai.OpenAIError) -> JudgeCallError:
     return JudgePermanentError(f"judge call failed ({type(exc).__name__})")
 
 
-def _usage(value: Any) -> int:
-    """A token count as reported, or 0 when missing, not an integer, negative or implausible."""
+def _usage(value: Any) -> int | None:
+    """A token count as reported, or ``None`` when missing, not an integer, negative or implausible."""
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_TOKENS:
         return value
-    return 0
+    return None
 
 
 class JudgeClient:
@@ -142,6 +152,7 @@ class JudgeClient:
         )
         self._structured = True
         self._structured_worked = False
+        self._limit_parameter = "max_tokens"
 
     @property
     def structured(self) -> bool:
@@ -153,12 +164,16 @@ class JudgeClient:
 
         A server that rejects ``response_format`` (a 400/422 naming it, or any 400 before a
         structured call ever succeeded) switches this client to the fallback for good, and the
-        call is repeated once at once without it.
+        call is repeated once at once without it. A server that refuses ``max_tokens`` for
+        ``max_completion_tokens`` switches this client to that name for good, and the call is
+        repeated once at once with it.
         """
         if self._structured:
             try:
                 completion = await self._create(request, structured=True)
             except openai.APIStatusError as exc:
+                if self._switch_limit_parameter(exc):
+                    return await self.complete(request)
                 if not _rejects_structured_output(exc, first=not self._structured_worked):
                     raise _translate(exc) from exc
                 if self._structured:
@@ -171,22 +186,40 @@ class JudgeClient:
                 return completion
         try:
             return await self._create(request, structured=False)
+        except openai.APIStatusError as exc:
+            if self._switch_limit_parameter(exc):
+                return await self.complete(request)
+            raise _translate(exc) from exc
         except openai.OpenAIError as exc:
             raise _translate(exc) from exc
+
+    def _switch_limit_parameter(self, exc: openai.APIStatusError) -> bool:
+        """Send ``max_completion_tokens`` from now on if ``exc`` refuses ``max_tokens`` (once)."""
+        if self._limit_parameter != "max_tokens" or not _rejects_max_tokens(exc):
+            return False
+        _log.warning("judge endpoint rejected max_tokens (%s); using max_completion_tokens", exc.status_code)
+        self._limit_parameter = "max_completion_tokens"
+        return True
 
     async def _create(self, request: JudgeRequest, structured: bool) -> Completion:
         messages = cast("list[ChatCompletionMessageParam]", [dict(m) for m in (
             request.messages if structured else request.fallback_messages
         )])
+        limit = request.max_tokens if request.max_tokens > 0 else openai.omit
+        as_completion_tokens = self._limit_parameter == "max_completion_tokens"
+        max_tokens = openai.omit if as_completion_tokens else limit
+        max_completion_tokens = limit if as_completion_tokens else openai.omit
         try:
             if structured:
                 response_format = cast("ResponseFormatJSONSchema", request.response_format)
                 response = await self._client.chat.completions.create(
-                    model=self.model, messages=messages, response_format=response_format, temperature=0
+                    model=self.model, messages=messages, response_format=response_format, temperature=0,
+                    max_tokens=max_tokens, max_completion_tokens=max_completion_tokens,
                 )
             else:
                 response = await self._client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=0
+                    model=self.model, messages=messages, temperature=0,
+                    max_tokens=max_tokens, max_completion_tokens=max_completion_tokens,
                 )
         except openai.OpenAIError:
             raise
@@ -202,11 +235,13 @@ class JudgeClient:
             content = getattr(message, "content", None)
             usage = getattr(response, "usage", None)
             model = getattr(response, "model", None)
+            finish = getattr(choices[0], "finish_reason", None)
             return Completion(
                 text=content if isinstance(content, str) else "",
-                input_tokens=_usage(getattr(usage, "prompt_tokens", 0)),
-                output_tokens=_usage(getattr(usage, "completion_tokens", 0)),
+                input_tokens=_usage(getattr(usage, "prompt_tokens", None)),
+                output_tokens=_usage(getattr(usage, "completion_tokens", None)),
                 model=model if isinstance(model, str) and 0 < len(model) <= _MAX_MODEL_CHARS else self.model,
+                finish_reason=finish if isinstance(finish, str) and len(finish) <= _MAX_FINISH_REASON_CHARS else None,
             )
         except (AttributeError, TypeError, LookupError) as exc:  # a 200 of another shape
             raise JudgePermanentError("judge reply is not a chat completion") from exc

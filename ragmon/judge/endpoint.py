@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from ragmon.config import JudgeConfig
+from ragmon.config import JudgeConfig, check_http_url
 
 __all__ = ["Completion", "JudgeEndpoint", "PLACEHOLDER_KEY", "endpoint_from_config"]
 
@@ -30,10 +30,17 @@ def endpoint_from_config(config: JudgeConfig, environ: Mapping[str, str]) -> Jud
     ``base_url``: the config's, else ``OPENAI_BASE_URL``. Key: ``environ[config.api_key_env]``.
     ``enabled`` True/False forces the judge on/off; ``None`` turns it on iff a key or a base URL
     is set. A base URL without a key gets ``PLACEHOLDER_KEY`` (local servers need none).
+    ``ValueError`` when ``OPENAI_BASE_URL`` is not an http(s) URL with a host (the file's
+    ``base_url`` was checked with the configuration).
     """
     if config.enabled is False:
         return None
     base_url = config.base_url.strip() or environ.get("OPENAI_BASE_URL", "").strip() or None
+    if base_url is not None and not config.base_url.strip():
+        try:
+            check_http_url(base_url)
+        except ValueError as exc:
+            raise ValueError(f"OPENAI_BASE_URL: {exc}") from None
     key = environ.get(config.api_key_env, "").strip() or None
     if config.enabled is None and key is None and base_url is None:
         return None
@@ -42,9 +49,12 @@ def endpoint_from_config(config: JudgeConfig, environ: Mapping[str, str]) -> Jud
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """The judge's reply text and its token usage (0 when the server reports none)."""
+    """The judge's reply text, its token usage as the server reports it (``None``: not
+    reported, or not a plausible count), the model it names and why it stopped."""
 
     text: str
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int | None
+    output_tokens: int | None
     model: str
+    finish_reason: str | None = None
+    """``"length"``: cut at ``max_tokens`` (the verdict is incomplete)."""

@@ -4,7 +4,8 @@ Scores come only from verdicts, never from a number the judge states:
 
 - faithfulness = supported claims / claims; no claims -> ``None``
 - answer relevance: yes = 1, partial = 0.5, no = 0
-- context relevance = relevant documents / documents judged; per-document booleans also give
+- context relevance = relevant documents / documents judged (the documents sent: those past
+  ``judge.max_documents`` are unjudged, never "not relevant"); per-document booleans also give
   the ``judge`` relevance source (``relevant_document_ids``) for hit rate, MRR and precision@k
 - answer correctness = covered reference claims / reference claims; none -> ``None``
 - coherence = checks passed / checks of the rubric (``COHERENCE_CHECKS``; 4 checks: 0, 0.25,
@@ -333,6 +334,9 @@ class JudgeScores:
     toxicity: float | None = None
     toxic_categories: tuple[str, ...] | None = None
     """The categories that make the answer toxic (``toxic_categories``); ``None`` when not judged."""
+    documents_left_out: int = 0
+    """Documents of the context past ``judge.max_documents``: not sent, so unjudged (neither
+    relevant nor not); ``context_relevance`` and ``relevant_document_ids`` cover the first ones."""
 
 
 def score_verdicts(verdicts: Verdicts, request: JudgeRequest) -> JudgeScores:
@@ -346,4 +350,5 @@ def score_verdicts(verdicts: Verdicts, request: JudgeRequest) -> JudgeScores:
         coherence=coherence_score(verdicts),
         toxicity=toxicity_score(verdicts),
         toxic_categories=toxic_categories(verdicts),
+        documents_left_out=request.documents_left_out,
     )

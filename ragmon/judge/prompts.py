@@ -13,6 +13,11 @@ characters (zero-width, bidi overrides) and control characters are dropped, and 
 itself is masked, so no content can close its tag or open a new one. Documents are named by
 their position (0-based), never by the app's id, which is content too.
 
+What can be sent is bounded before anything walks it: ``trim_record`` keeps at most
+``max_documents`` documents of the context and cuts every text by slicing (no per-character
+work), so a trace of any size costs the same to queue; the prompt says how many documents were
+left out. Documents past the cut are never judged: context relevance covers the documents sent.
+
 Coherence and toxicity need the answer only. Coherence is a rubric of yes/no checks
 (``COHERENCE_CHECKS``); toxicity a severity (``SEVERITIES``) per category
 (``TOXICITY_CATEGORIES``). The judge states verdicts only; ``ragmon.judge.evaluators`` scores them.
@@ -20,10 +25,13 @@ Coherence and toxicity need the answer only. Coherence is a rubric of yes/no che
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import sys
 import unicodedata
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, TypeAlias
 
 from ragmon.model import EVALUATORS, Evaluator, RagRecord, RetrievedDocument
@@ -37,10 +45,17 @@ __all__ = [
     "TOXICITY_CATEGORIES",
     "MAX_CLAIMS",
     "MAX_DATA_CHARS",
+    "REDACT_MARGIN",
+    "BYTES_PER_TOKEN",
     "JudgeRequest",
+    "Trimmed",
     "applicable_evaluators",
     "build_judge_request",
+    "estimate_tokens",
+    "invisible_characters",
     "neutralize",
+    "reply_token_allowance",
+    "trim_record",
 ]
 
 """Every evaluator, in canonical order: the one list (``judge.evaluators`` is checked against it)."""
@@ -67,6 +82,31 @@ MAX_CLAIMS: Final = 32
 """Default bound on claims per list; a verdict with more is invalid."""
 MAX_DATA_CHARS: Final = 8000
 """Default bound on the characters of each piece of content sent to the judge."""
+REDACT_MARGIN: Final = 1024
+"""Characters ``trim_record`` keeps past ``max_chars``, and the prompt drops again after
+redaction: a redaction match that straddles the cut (up to this long) is never sent in part."""
+_TRUNCATED: Final = " [truncated]"
+BYTES_PER_TOKEN: Final = 3
+"""Token estimates (no tokenizer is shipped) count one token per this many UTF-8 bytes, rounded
+up: more than common tokenizers give for most text (English runs about 4 bytes a token), about
+as many for CJK text (3 bytes a character), so a budget checked against them errs towards
+spending less."""
+_MESSAGE_TOKENS: Final = 8
+"""Tokens a chat message costs besides its content (role, separators), rounded up."""
+# What a reply may take, in tokens, per evaluator asked (a verdict past the sum is cut: invalid).
+_REPLY_TOKENS: Final = 64
+"""The outer object and, without structured output, a code fence or a few words around it."""
+_CLAIM_TOKENS: Final = 64
+"""One claim: its text (short: about 45 tokens) and its JSON, pretty-printed or not."""
+_DOCUMENT_TOKENS: Final = 16
+"""One document's ``{"index": 123, "relevant": false}`` with indentation."""
+_LIST_TOKENS: Final = 16
+"""An evaluator's key and the list around its claims or documents."""
+_FIXED_TOKENS: Final[dict[Evaluator, int]] = {
+    "answer_relevance": 160,  # a one-sentence reason and the verdict
+    "coherence": 64,  # four booleans
+    "toxicity": 96,  # six severities
+}
 
 _NONCE_RE = re.compile(r"[A-Za-z0-9]{8,64}")
 # Every character whose NFKC form contains <, > or & (checked exhaustively by the tests).
@@ -78,27 +118,122 @@ _ENTITIES: Final = {
 _KEEP_CONTROLS: Final = frozenset("\n\t")
 
 
-def neutralize(text: str, nonce: str, max_chars: int = MAX_DATA_CHARS) -> str:
+@functools.cache
+def invisible_characters() -> dict[int, None]:
+    """A ``str.translate`` table dropping every format (Cf), surrogate (Cs) and control (Cc)
+    character but newline and tab. Built once, on first use (about 0.3 s: every code point is
+    looked at; the judge builds prompts in a worker thread), so that text is then cleaned in C,
+    not walked character by character in Python."""
+    return {
+        cp: None for cp in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(cp)) in ("Cf", "Cs", "Cc") and chr(cp) not in _KEEP_CONTROLS
+    }
+
+
+@functools.cache
+def _neutral_table() -> dict[int, str | None]:
+    """``invisible_characters``, the line and paragraph separators as newlines, and the
+    entities of ``< > &`` and their look-alikes."""
+    table: dict[int, str | None] = dict(invisible_characters())
+    table.update({0x2028: "\n", 0x2029: "\n"})
+    table.update({ord(ch): entity for ch, entity in _ENTITIES.items()})
+    return table
+
+
+def neutralize(text: str, nonce: str, max_chars: int = MAX_DATA_CHARS, truncated: bool = False) -> str:
     """Make ``text`` safe to place between data tags named with ``nonce``.
 
-    Drops format (Cf: zero-width, bidi controls) and control characters except newline and
-    tab, turns ``< > &`` and look-alikes into entities, masks the nonce, and truncates to
-    ``max_chars`` (marking the cut).
+    Cuts ``text`` to ``max_chars`` characters first (it walks no more), then drops format (Cf:
+    zero-width, bidi controls) and control characters except newline and tab, turns ``< > &``
+    and look-alikes into entities, masks the nonce, and cuts again to ``max_chars`` (entities
+    are longer than what they stand for). A cut, or ``truncated`` (the caller cut it already),
+    is marked ``" [truncated]"``.
     """
-    out: list[str] = []
-    for ch in text:
-        cat = unicodedata.category(ch)
-        if cat == "Cf" or (cat == "Cc" and ch not in _KEEP_CONTROLS) or cat == "Cs":
-            continue
-        if ch in ("\u2028", "\u2029"):
-            out.append("\n")
-            continue
-        out.append(_ENTITIES.get(ch, ch))
-    cleaned = "".join(out)
+    head = text[:max_chars]
+    truncated = truncated or len(head) < len(text)
+    cleaned = head.translate(_neutral_table())
     masked = re.sub(re.escape(nonce), "[masked]", cleaned, flags=re.IGNORECASE)
     if len(masked) > max_chars:
-        masked = masked[:max_chars] + " [truncated]"
-    return masked
+        masked, truncated = masked[:max_chars], True
+    return masked + _TRUNCATED if truncated else masked
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens ``text`` takes at most, as estimated without a tokenizer (``BYTES_PER_TOKEN``)."""
+    return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
+
+
+@dataclass(frozen=True, slots=True)
+class Trimmed:
+    """A record cut to what a judge request can carry (``trim_record``)."""
+
+    record: RagRecord
+    """The context (reranked, else retrieved; the other list is dropped) cut to its first
+    documents, every text cut, only what judging and delivering a result need kept."""
+    documents_left_out: int
+    """Documents of the context past the cut: never sent, never judged."""
+    truncated: frozenset[str]
+    """The texts cut here (``query``, ``answer``, ``reference_answer``, ``document.<i>``):
+    ``build_judge_request`` drops their last ``REDACT_MARGIN`` characters and marks them cut."""
+
+
+def _field_cut(text: str | None, keep: int) -> str | None:
+    return None if text is None else text[:keep]
+
+
+def trim_record(
+    record: RagRecord, max_documents: int, max_chars: int = MAX_DATA_CHARS, send_documents: bool = True,
+) -> Trimmed:
+    """``record`` cut to what a judge request built from it can send, by slicing only.
+
+    At most ``max_documents`` documents of the context are kept (``send_documents=False``: their
+    ids only); query, answer, reference answer and each kept document's content are cut to
+    ``max_chars + REDACT_MARGIN`` characters (a redaction pattern then still sees what follows
+    the part sent). Kept: trace and root span ids, service, variant, times, ``error``,
+    ``has_retrieval``, ``content_recorded``; dropped: calls, stages, evaluations, labels. A
+    text that is not cut is the same object, so nothing is copied for a small record.
+    """
+    keep = max_chars + REDACT_MARGIN
+    docs = _documents(record)
+    kept = docs[:max_documents]
+    truncated = {
+        name for name, text in (
+            ("query", record.query), ("answer", record.answer), ("reference_answer", record.reference_answer),
+        ) if text is not None and len(text) > keep
+    }
+    out: list[RetrievedDocument] = []
+    for i, doc in enumerate(kept):
+        content = doc.content if send_documents else None
+        if content is not None and len(content) > keep:
+            truncated.add(f"document.{i}")
+            content = content[:keep]
+        out.append(doc if content is doc.content else RetrievedDocument(doc.id, doc.score, content))
+    context = tuple(out)
+    trimmed = RagRecord(
+        trace_id=record.trace_id, service=record.service, variant=record.variant,
+        start_ns=record.start_ns, end_ns=record.end_ns, error=record.error,
+        query=_field_cut(record.query, keep), answer=_field_cut(record.answer, keep),
+        reference_answer=_field_cut(record.reference_answer, keep),
+        retrieved=context if record.reranked is None else (),
+        reranked=None if record.reranked is None else context,
+        has_retrieval=record.has_retrieval, content_recorded=record.content_recorded,
+        root_span_id=record.root_span_id,
+    )
+    return Trimmed(trimmed, len(docs) - len(kept), frozenset(truncated))
+
+
+def reply_token_allowance(evaluators: Iterable[Evaluator], documents: int, max_claims: int = MAX_CLAIMS) -> int:
+    """``max_tokens`` for a reply to these evaluators about ``documents`` documents: the sum of
+    what each verdict's shape allows (claims per list, one entry per document, fixed shapes)."""
+    total = _REPLY_TOKENS
+    for evaluator in evaluators:
+        if evaluator in ("faithfulness", "answer_correctness"):
+            total += _LIST_TOKENS + max_claims * _CLAIM_TOKENS
+        elif evaluator == "context_relevance":
+            total += _LIST_TOKENS + documents * _DOCUMENT_TOKENS
+        else:
+            total += _FIXED_TOKENS[evaluator]
+    return total
 
 
 def _check_nonce(nonce: str) -> None:
@@ -139,10 +274,12 @@ def applicable_evaluators(
 
 def _visible(text: str | None) -> bool:
     """Whether ``text`` keeps a visible character once :func:`neutralize` (and the redactor)
-    drop format and control characters: a field of zero-width characters is no field."""
+    drop format and control characters: a field of zero-width characters is no field. Only the
+    first ``MAX_DATA_CHARS`` characters are looked at (no more is sent)."""
     if not text:
         return False
-    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc", "Cs") for ch in text)
+    head = text[:MAX_DATA_CHARS]
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cf", "Cc", "Cs") for ch in head)
 
 
 def _documents(record: RagRecord) -> Sequence[RetrievedDocument]:
@@ -167,6 +304,13 @@ class JudgeRequest:
     response_format: dict[str, Any]
     nonce: str
     max_claims: int = MAX_CLAIMS
+    documents_left_out: int = 0
+    """Documents of the context past the cut: not sent, not judged (the prompt says how many)."""
+    max_tokens: int = 0
+    """The reply's token limit, sent as ``max_tokens`` (``reply_token_allowance``)."""
+    input_tokens_estimate: int = 0
+    """The prompt's tokens at most (``estimate_tokens`` of the longer way of sending it: with
+    the schema, or the fallback messages), for the budget and for a reply without usage."""
 
 
 _SYSTEM = """You are an evaluation judge for a retrieval-augmented generation system.
@@ -269,32 +413,60 @@ def build_judge_request(
     documents: Sequence[RetrievedDocument] | None = None,
     max_claims: int = MAX_CLAIMS,
     max_chars: int = MAX_DATA_CHARS,
+    documents_left_out: int = 0,
+    truncated: Collection[str] = frozenset(),
 ) -> JudgeRequest | None:
     """Build one judge call covering every applicable evaluator; ``None`` when none applies.
 
     ``nonce``: 8-64 ASCII letters/digits, fresh per request, chosen by the caller (never from
     content). ``documents`` defaults to the reranked list, else the retrieved list. The caller
-    sends it with ``temperature=0``. Raises ``ValueError`` on a bad nonce, bound or evaluator.
+    sends it with ``temperature=0`` and ``max_tokens``. ``documents_left_out`` and ``truncated``
+    come from ``trim_record`` (the texts it cut lose their last ``REDACT_MARGIN`` characters
+    here, after redaction, and are marked cut). Raises ``ValueError`` on a bad nonce, bound or
+    evaluator.
     """
     _check_nonce(nonce)
     if isinstance(max_claims, bool) or not isinstance(max_claims, int) or max_claims < 1:
         raise ValueError(f"max_claims must be an integer >= 1, got {max_claims!r}")
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
         raise ValueError(f"max_chars must be an integer >= 1, got {max_chars!r}")
-    docs = tuple(_documents(record) if documents is None else documents)
+    if isinstance(documents_left_out, bool) or not isinstance(documents_left_out, int) or documents_left_out < 0:
+        raise ValueError(f"documents_left_out must be an integer >= 0, got {documents_left_out!r}")
+
+    def sendable(text: str | None, name: str) -> str | None:
+        """A text ``trim_record`` cut loses its last ``REDACT_MARGIN`` characters: what a
+        redaction match straddling the cut may have left there is never sent."""
+        if text is None or name not in truncated:
+            return text
+        return text[: max(len(text) - REDACT_MARGIN, 0)]
+
+    if truncated:
+        record = replace(
+            record, query=sendable(record.query, "query"), answer=sendable(record.answer, "answer"),
+            reference_answer=sendable(record.reference_answer, "reference_answer"),
+        )
+    docs = tuple(
+        RetrievedDocument(d.id, d.score, sendable(d.content, f"document.{i}")) if f"document.{i}" in truncated else d
+        for i, d in enumerate(_documents(record) if documents is None else documents)
+    )
     chosen = applicable_evaluators(record, evaluators, docs)
     if not chosen:
         return None
 
     def data(kind: str, text: str | None, index: int | None = None) -> str:
-        return _tag(nonce, kind, neutralize(text or "", nonce, max_chars), index)
+        cut = (kind if index is None else f"{kind}.{index}") in truncated
+        return _tag(nonce, kind, neutralize(text or "", nonce, max_chars, cut), index)
 
     blocks: list[str] = []
     if any(e in chosen for e in ("answer_relevance", "context_relevance")):
         blocks.append("QUERY:\n" + data("query", record.query))
     if any(e in chosen for e in ("faithfulness", "context_relevance")):
         doc_blocks = [data("document", d.content, i) for i, d in enumerate(docs)]
-        blocks.append(f"DOCUMENTS ({len(docs)}):\n" + ("\n".join(doc_blocks) if doc_blocks else "(none)"))
+        heading = (
+            f"DOCUMENTS ({len(docs)}):" if not documents_left_out else
+            f"DOCUMENTS ({len(docs)}; {documents_left_out} more were left out and are not shown):"
+        )
+        blocks.append(heading + "\n" + ("\n".join(doc_blocks) if doc_blocks else "(none)"))
     blocks.append("ANSWER:\n" + data("answer", record.answer))
     if "answer_correctness" in chosen:
         blocks.append("REFERENCE ANSWER:\n" + data("reference_answer", record.reference_answer))
@@ -314,6 +486,12 @@ def build_judge_request(
         + "}"
     )
     system = {"role": "system", "content": _SYSTEM.format(nonce=nonce)}
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "ragmon_judgement", "strict": True, "schema": schema},
+    }
+    sent = estimate_tokens(system["content"]) + estimate_tokens(task) + 2 * _MESSAGE_TOKENS
+    input_tokens = sent + max(estimate_tokens(json.dumps(response_format)), estimate_tokens("\n\n" + fallback))
     return JudgeRequest(
         evaluators=chosen,
         document_ids=tuple(d.id for d in docs),
@@ -321,10 +499,10 @@ def build_judge_request(
         fallback_messages=(system, {"role": "user", "content": task + "\n\n" + fallback}),
         fallback_instructions=fallback,
         schema=schema,
-        response_format={
-            "type": "json_schema",
-            "json_schema": {"name": "ragmon_judgement", "strict": True, "schema": schema},
-        },
+        response_format=response_format,
         nonce=nonce,
         max_claims=max_claims,
+        documents_left_out=documents_left_out,
+        max_tokens=reply_token_allowance(chosen, len(docs), max_claims),
+        input_tokens_estimate=input_tokens,
     )

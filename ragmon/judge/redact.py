@@ -1,8 +1,10 @@
 """Redaction of judge input (SPEC §7): config patterns run on all text before it leaves.
 
-Pure. Before matching, text is put in the form the judge will see: invisible format and
-control characters (zero-width, bidi overrides; newline and tab kept) are dropped and the text
-is NFKC-normalized, so ``alice\\u200b@example.com`` or a fullwidth ``ａｌｉｃｅ＠…`` cannot slip
+Pure. The judge runs it in a worker thread on the record as cut (``prompts.trim_record``): a
+text cut there keeps ``REDACT_MARGIN`` characters past what can be sent, dropped again after
+redaction, so a match straddling the cut is never sent in part. Before matching, text is put
+in the form the judge will see: invisible format and control characters (zero-width, bidi
+overrides; newline and tab kept) are dropped (``str.translate``) and the text is NFKC-normalized, so ``alice\\u200b@example.com`` or a fullwidth ``ａｌｉｃｅ＠…`` cannot slip
 past an email pattern and be reassembled downstream (``prompts.neutralize`` drops the same
 invisible characters). With no pattern, text is passed through untouched.
 """
@@ -15,19 +17,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Final
 
+from ragmon.judge.prompts import invisible_characters
 from ragmon.model import RagRecord, RetrievedDocument
 
 __all__ = ["REDACTED", "Redactor"]
 
 REDACTED: Final = "[REDACTED]"
-_KEEP_CONTROLS: Final = frozenset("\n\t")
-_DROP: Final = frozenset(("Cf", "Cc", "Cs"))
 
 
 def _visible(text: str) -> str:
     """Drop format, surrogate and control characters (except newline/tab), then NFKC."""
-    kept = "".join(ch for ch in text if ch in _KEEP_CONTROLS or unicodedata.category(ch) not in _DROP)
-    return unicodedata.normalize("NFKC", kept)
+    return unicodedata.normalize("NFKC", text.translate(invisible_characters()))
 
 
 @dataclass(frozen=True, slots=True)

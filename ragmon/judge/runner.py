@@ -1,32 +1,48 @@
 """The judge at run time (SPEC §7): admission, a bounded queue, workers, breaker, cache.
 
 ``submit`` is synchronous and never waits: it picks the applicable evaluators, applies the
-trace-id sample, refuses at once while the circuit breaker is open (before any redaction,
-hashing or queueing, so a down endpoint costs ingest next to nothing), answers from the cache,
-applies the per-minute cap and USD budget, and queues the record (or drops it when the queue
-is full). ``concurrency`` worker tasks take records off the queue and call the endpoint (a
-worker asks the breaker again before building the prompt): one request per trace covering all
-its evaluators, with a fresh nonce, a timeout per attempt, and up to ``max_retries`` retries
-of retryable failures and timeouts after full-jitter backoff. The judge's own tokens are priced like any model call
-and count against the USD budget.
+trace-id sample, refuses at once while the circuit breaker is open (before any copying,
+hashing or queueing, so a down endpoint costs ingest next to nothing), cuts the record to what
+a request can carry (``prompts.trim_record``: at most ``max_documents`` documents, every text
+sliced; nothing walks a character), answers from the cache, applies the per-minute cap and the
+USD budget, and queues the cut record (or drops it when the queue is full in records or in
+bytes, ``max_queue`` / ``max_queue_bytes``; an empty queue takes one record whatever its size).
+``concurrency`` worker tasks take records off the queue and judge them: a worker asks the
+breaker again, redacts the record and builds the prompt in a thread (``asyncio.to_thread``,
+never on the event loop), estimates the call's cost from the prompt's own size and
+``max_tokens`` at the configured model's price and reserves it against the USD budget (refused:
+``skipped_budget``, no call), then makes one request per trace covering all its evaluators,
+with a fresh nonce, a timeout per attempt, and up to ``max_retries`` retries of retryable
+failures and timeouts after full-jitter backoff. The reservation is replaced by the real cost
+once the call ends, so spend passes the budget by at most what the calls in flight cost beyond
+their estimates. The judge's own tokens are always priced as ``judge.model`` (a reply naming
+another model does not choose the price); a reply without usage has its tokens estimated from
+the prompt and its own text (``prompts.estimate_tokens``), priced and counted
+(``stats().usage_estimated``).
 
 Outcomes, counted per evaluator of the request (``stats().counts``):
 
-- ``ok``: parsed and scored; ``skipped_rate`` / ``skipped_budget``: not admitted;
+- ``ok``: parsed and scored; ``skipped_rate`` / ``skipped_budget``: not admitted (at submit, or
+  the budget right before the call);
 - ``dropped``: the queue was full, or the record was still queued (or in flight and cut off)
   at ``stop``;
 - ``timeout``: the last attempt timed out; ``error``: the endpoint failed (status,
   connection, an unusable or oversized HTTP reply), refused the request, or the circuit
   breaker was open so no call was made (at ``submit``, or when a worker takes the record);
-- ``invalid``: the reply was not a verdict of the requested shape (never a score).
+- ``invalid``: the reply was not a verdict of the requested shape (never a score), or was cut
+  at ``max_tokens`` (finish reason ``length``).
 
 Cache hits are counted apart (``stats().cache_hits``), not as ``ok``. ``on_result`` is called
 for every record a worker finished, whatever the outcome (``Judgement.scores`` is set only for
-``ok``), and for cache hits (``cached=True``, no tokens); an exception in it is logged.
+``ok``), and for cache hits (``cached=True``, no tokens), always with the record as cut (trace
+and root span ids, service, variant, times and the ids of the documents sent are kept; the
+documents past ``max_documents`` are not: ``JudgeScores.documents_left_out`` counts them); an
+exception in it is logged.
 
 The breaker hears of endpoint health only: failed and timed-out attempts are failures; any
 reply, valid or not, is a success, and so is a refusal of this one request (400, 413, 422:
-e.g. a context too long), so content under evaluation cannot open it.
+e.g. a context too long), so content under evaluation cannot open it. Its thresholds and
+cool-down come from ``[judge] breaker_*``.
 
 Logs never carry content under evaluation, the judge's reply, or its error bodies: failures
 are logged by kind and status, and a bug by exception type and traceback frames only.
@@ -41,6 +57,7 @@ import logging
 import math
 import random
 import secrets
+import sys
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -53,13 +70,16 @@ from ragmon.config import JudgeConfig
 from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
 from ragmon.errors import JudgeCallError, JudgeRetryableError, JudgeTimeoutError
 from ragmon.judge.endpoint import Completion
-from ragmon.judge.evaluators import Invalid, JudgeScores, parse_verdict, score_verdicts
+from ragmon.judge.evaluators import Invalid, JudgeScores, Verdicts, parse_verdict, score_verdicts
 from ragmon.judge.prompts import (
     EVALUATORS,
     Evaluator,
     JudgeRequest,
+    Trimmed,
     applicable_evaluators,
     build_judge_request,
+    estimate_tokens,
+    trim_record,
 )
 from ragmon.judge.redact import Redactor
 from ragmon.judge.sampling import Decision, JudgeAdmission
@@ -118,8 +138,9 @@ class CompletionClient(Protocol):
 class Judgement:
     """The result of judging one record; ``scores`` only when ``outcome`` is ``ok``.
 
-    Tokens and ``cost_usd`` are the judge's own (0 for a cache hit; ``cost_usd`` ``None`` when
-    the judge model is unpriced).
+    Tokens and ``cost_usd`` are the judge's own, as charged (estimated when the reply reported
+    none; 0 for a cache hit; ``cost_usd`` ``None`` when the judge model is unpriced). ``model``
+    is the one the reply named (the price is always ``judge.model``'s).
     """
 
     evaluators: tuple[Evaluator, ...]
@@ -145,22 +166,61 @@ class JudgeStats:
     breaker: BreakerState
     cache_hits: int
     cache_size: int
+    queue_bytes: int = 0
+    """Bytes the queued records hold (``max_queue_bytes`` bounds it)."""
+    usage_estimated: int = 0
+    """Replies without a usable token count: their tokens were estimated, priced and charged."""
+    documents_left_out: int = 0
+    """Documents past ``max_documents`` of the traces whose prompt was built: never judged."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Item:
+    """A queued record: the record as cut (never the original), what to ask, the cache key."""
+
     record: RagRecord
-    redacted: RagRecord
     evaluators: tuple[Evaluator, ...]
     key: str
+    documents_left_out: int
+    truncated: frozenset[str]
+    size: int = 0
+    """Bytes held (``_held_bytes``), set once made."""
 
 
-def _cache_key(record: RagRecord, evaluators: tuple[Evaluator, ...]) -> str:
-    """sha256 over evaluators, query, answer, reference answer and (id, content) of each context."""
+_QUEUE_SLOT: Final = 8
+"""A pointer in the queue's deque, per item."""
+
+
+def _held_bytes(item: _Item) -> int:
+    """Every byte ``item`` keeps alive: the objects it holds and each string, bytes and number
+    in them at its object size (``sys.getsizeof``); shared constants (the evaluator names,
+    empty defaults) are not counted, strings that may be shared (service, variant) are."""
+    record = item.record
+    docs = record.reranked if record.reranked is not None else record.retrieved
+    size = _QUEUE_SLOT + sys.getsizeof(item) + sys.getsizeof(item.key) + sys.getsizeof(item.evaluators)
+    size += sys.getsizeof(item.truncated) + sum(sys.getsizeof(name) for name in item.truncated)
+    size += sys.getsizeof(record) + sys.getsizeof(record.stage_seconds)
+    size += sum(sys.getsizeof(value) for value in (
+        record.trace_id, record.root_span_id, record.service, record.variant, record.start_ns, record.end_ns,
+        record.query, record.answer, record.reference_answer,
+    ) if value is not None)
+    size += sys.getsizeof(record.retrieved) + (0 if record.reranked is None else sys.getsizeof(record.reranked))
+    for doc in docs:
+        size += sys.getsizeof(doc) + sys.getsizeof(doc.id)
+        size += 0 if doc.content is None else sys.getsizeof(doc.content)
+        size += 0 if doc.score is None else sys.getsizeof(doc.score)
+    return size
+
+
+def _cache_key(trimmed: Trimmed, evaluators: tuple[Evaluator, ...]) -> str:
+    """sha256 over the evaluators and what the request is built from: the record as cut (query,
+    answer, reference answer, (id, content) of each document sent), the documents left out and
+    the texts cut. Taken before redaction, which is deterministic: equal inputs share a key."""
+    record = trimmed.record
     docs = record.reranked if record.reranked is not None else record.retrieved
     payload = [
         list(evaluators), record.query, record.answer, record.reference_answer,
-        [[d.id, d.content] for d in docs],
+        [[d.id, d.content] for d in docs], trimmed.documents_left_out, sorted(trimmed.truncated),
     ]
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -199,14 +259,21 @@ class Judge(Worker):
         self._rng = rng or random.Random()
         self._timeout = config.timeout
         self._admission = JudgeAdmission.from_config(config)
-        self._breaker = breaker or CircuitBreaker()
+        self._breaker = breaker or CircuitBreaker(
+            failure_threshold=config.breaker_failures, failure_ratio=config.breaker_failure_ratio,
+            min_calls=config.breaker_min_calls, window=config.breaker_window,
+            cooldown=config.breaker_cooldown, max_cooldown=config.breaker_max_cooldown,
+        )
         self._backoff = (backoff_base, backoff_cap)
         self._redactor = Redactor.from_patterns(config.redact, config.send_documents)
         self._queue: asyncio.Queue[_Item] = asyncio.Queue(config.max_queue)
+        self._queue_bytes = 0
         self._cache: OrderedDict[str, Judgement] = OrderedDict()
         self._counts: dict[tuple[str, str], int] = {}
         self._cost = 0.0
         self._unpriced_tokens = 0
+        self._usage_estimated = 0
+        self._documents_left_out = 0
         self._cache_hits = 0
         self._in_flight = 0
         self._idle = asyncio.Event()
@@ -228,8 +295,8 @@ class Judge(Worker):
         """Offer one record; never blocks. Returns what happened to it (see the module doc).
 
         ``now`` is read on the same clock as ``clock``. ``breaker_open`` is counted as outcome
-        ``error`` (no call was made: the judgement failed) and costs no redaction, hashing,
-        cache lookup, budget or queue slot.
+        ``error`` (no call was made: the judgement failed) and costs no copy, hashing, cache
+        lookup, budget or queue slot.
         """
         evaluators = applicable_evaluators(record, self._evaluators)
         if not evaluators:
@@ -243,24 +310,31 @@ class Judge(Worker):
         if self._breaker.refusing(now):
             self._count(evaluators, "error")
             return SubmitResult.BREAKER_OPEN
-        redacted = self._redactor.redact_record(record)
-        key = _cache_key(redacted, evaluators)
+        config = self._config
+        trimmed = trim_record(record, config.max_documents, send_documents=config.send_documents)
+        key = _cache_key(trimmed, evaluators)
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             self._cache_hits += 1
-            self._deliver(record, hit)
+            self._deliver(trimmed.record, hit)
             return SubmitResult.CACHED
         decision = self._admission.decide(record.trace_id, now, probe)
         if decision is not Decision.ADMIT:
             outcome = cast(Outcome, decision.value)
             self._count(evaluators, outcome)
             return SubmitResult(outcome)
+        item = _Item(trimmed.record, evaluators, key, trimmed.documents_left_out, trimmed.truncated)
+        item.size = _held_bytes(item)
+        if self._queue.qsize() and self._queue_bytes + item.size > config.max_queue_bytes:
+            self._count(evaluators, "dropped")
+            return SubmitResult.DROPPED
         try:
-            self._queue.put_nowait(_Item(record, redacted, evaluators, key))
+            self._queue.put_nowait(item)
         except asyncio.QueueFull:
             self._count(evaluators, "dropped")
             return SubmitResult.DROPPED
+        self._queue_bytes += item.size
         return SubmitResult.QUEUED
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -284,6 +358,7 @@ class Judge(Worker):
         self._closed = True
         while not self._queue.empty():
             item = self._queue.get_nowait()
+            self._queue_bytes -= item.size
             self._queue.task_done()
             self._count(item.evaluators, "dropped")
         try:
@@ -310,6 +385,9 @@ class Judge(Worker):
             breaker=self._breaker.state,
             cache_hits=self._cache_hits,
             cache_size=len(self._cache),
+            queue_bytes=self._queue_bytes,
+            usage_estimated=self._usage_estimated,
+            documents_left_out=self._documents_left_out,
         )
 
     # -- workers -------------------------------------------------------------------------------
@@ -317,6 +395,7 @@ class Judge(Worker):
     async def _work(self) -> None:
         while True:
             item = await self._queue.get()
+            self._queue_bytes -= item.size
             self._in_flight += 1
             self._idle.clear()
             try:
@@ -340,25 +419,58 @@ class Judge(Worker):
     async def _judge(self, item: _Item) -> Judgement:
         if self._breaker.refusing(self._clock()):  # opened while the record waited: no prompt built
             return self._failed(item, "error")
-        request = build_judge_request(item.redacted, item.evaluators, secrets.token_hex(8))
-        assert request is not None, "the record's evaluators were checked on submit"
-        completion = await self._call(request)
-        if isinstance(completion, str):
-            return self._failed(item, cast(Outcome, completion))
-        cost = self._charge(completion)
-        verdicts = parse_verdict(completion.text, request)
-        outcome: Outcome = "invalid" if isinstance(verdicts, Invalid) else "ok"
+        request = await asyncio.to_thread(self._request, item)  # redaction and prompt: off the loop
+        if request is None:  # redaction left nothing to judge
+            _log.info("judge request not sent: nothing left to judge once redacted")
+            return self._failed(item, "error")
+        estimate = self._estimate(request)
+        if estimate is not None and not self._admission.reserve(estimate, self._clock()):
+            return self._failed(item, "skipped_budget")
+        self._documents_left_out += item.documents_left_out
+        cost: float | None = None
+        try:
+            completion = await self._call(request)
+            if isinstance(completion, str):
+                return self._failed(item, cast(Outcome, completion))
+            input_tokens, output_tokens, cost = self._charge(completion, request)
+        finally:
+            if estimate is not None:
+                self._admission.settle(estimate, cost, self._clock())
+            elif cost is not None:
+                self._admission.record_cost(cost, self._clock())
+        verdicts: Verdicts | Invalid
+        if completion.finish_reason == "length":
+            verdicts = Invalid(f"reply cut at max_tokens ({request.max_tokens})")
+        else:
+            verdicts = parse_verdict(completion.text, request)
         if isinstance(verdicts, Invalid):
             _log.info("judge reply invalid: %s", verdicts.reason)
         return Judgement(
             evaluators=request.evaluators,
-            outcome=outcome,
+            outcome="invalid" if isinstance(verdicts, Invalid) else "ok",
             scores=None if isinstance(verdicts, Invalid) else score_verdicts(verdicts, request),
-            input_tokens=completion.input_tokens,
-            output_tokens=completion.output_tokens,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
             cost_usd=cost,
             model=completion.model,
         )
+
+    def _request(self, item: _Item) -> JudgeRequest | None:
+        """Redact the record as cut and build its request (run in a worker thread)."""
+        redacted = self._redactor.redact_record(item.record)
+        return build_judge_request(
+            redacted, item.evaluators, secrets.token_hex(8),
+            documents_left_out=item.documents_left_out, truncated=item.truncated,
+        )
+
+    def _price(self, input_tokens: int, output_tokens: int) -> float | None:
+        """USD for these tokens at ``judge.model``'s price; ``None`` when it has no usable price."""
+        usd = self._pricer.price(self._config.model, None, input_tokens, output_tokens).usd
+        return usd if usd is not None and math.isfinite(usd) and usd >= 0 else None
+
+    def _estimate(self, request: JudgeRequest) -> float | None:
+        """The most ``request`` may cost: its prompt's estimated tokens and ``max_tokens`` out."""
+        return self._price(request.input_tokens_estimate, request.max_tokens)
 
     async def _call(self, request: JudgeRequest) -> Completion | Literal["error", "timeout"]:
         """The completion, or the outcome of the last failed attempt."""
@@ -394,17 +506,23 @@ class Judge(Worker):
                 await asyncio.sleep(delays[attempt])
         return outcome
 
-    def _charge(self, completion: Completion) -> float | None:
-        """Price the judge's own tokens, add them to the budget and totals."""
-        price = self._pricer.price(completion.model, None, completion.input_tokens, completion.output_tokens)
-        if price.usd is None and completion.model != self._config.model:
-            price = self._pricer.price(self._config.model, None, completion.input_tokens, completion.output_tokens)
-        if price.usd is None or not (math.isfinite(price.usd) and price.usd >= 0):
-            self._unpriced_tokens += completion.input_tokens + completion.output_tokens
-            return None
-        self._cost += price.usd
-        self._admission.record_cost(price.usd, self._clock())
-        return price.usd
+    def _charge(self, completion: Completion, request: JudgeRequest) -> tuple[int, int, float | None]:
+        """The reply's tokens (estimated where it reported none: a prompt is never 0 tokens, nor
+        a non-empty reply) and their price as ``judge.model``, added to the totals."""
+        input_tokens, output_tokens = completion.input_tokens, completion.output_tokens
+        estimated = False
+        if not input_tokens:
+            input_tokens, estimated = request.input_tokens_estimate, True
+        if output_tokens is None or (output_tokens == 0 and completion.text):
+            output_tokens, estimated = estimate_tokens(completion.text), True
+        if estimated:
+            self._usage_estimated += 1
+        usd = self._price(input_tokens, output_tokens)
+        if usd is None:
+            self._unpriced_tokens += input_tokens + output_tokens
+        else:
+            self._cost += usd
+        return input_tokens, output_tokens, usd
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ reads a clock, sleeps, locks or awaits. The concurrency cap and timeout are the 
   OTel SDK sampling at the same rate) picks the same traces.
 - ``JudgeAdmission.decide`` answers ``admit``, ``skipped_rate`` or ``skipped_budget`` and, on
   ``admit``, counts the call against the per-minute cap.
-- ``JudgeAdmission.record_cost`` adds the judge's own spend once a call's usage is known.
+- ``JudgeAdmission.reserve`` holds a call's estimated cost right before the call, refused when
+  the spend of the last hour, the reservations in flight and the estimate would pass the
+  budget; ``JudgeAdmission.settle`` replaces the reservation by what the call cost.
 
 Windows are bucketed, so memory is constant however long the stream: calls sit in 60 one-second
 buckets, spend in 60 one-minute buckets. A value is forgotten between ``span`` and
@@ -131,12 +133,16 @@ class JudgeAdmission:
     but still respect the USD budget: a runaway prober must not be able to spend without bound.
     Admitted probes count against the per-minute cap for the traffic that follows them.
 
-    Spend is only known after a call, so calls admitted while the budget was not yet spent can
-    overshoot it by at most what the in-flight calls (bounded by ``concurrency``) cost. A cap or
-    budget of 0 admits nothing it governs; ``math.inf`` as the budget means no budget.
+    ``decide`` is the cheap check when a trace arrives; the budget is checked again right
+    before each call (``reserve``), against the call's estimated cost, so spend passes the
+    budget by at most what the calls in flight cost beyond their estimates. A cap or budget of
+    0 admits nothing it governs; ``math.inf`` as the budget means no budget.
     """
 
-    __slots__ = ("_calls", "_spend", "in_sample", "max_per_minute", "max_usd_per_hour", "sample_rate")
+    __slots__ = (
+        "_calls", "_reservations", "_reserved", "_spend", "in_sample", "max_per_minute", "max_usd_per_hour",
+        "sample_rate",
+    )
 
     def __init__(self, sample_rate: float, max_per_minute: int, max_usd_per_hour: float) -> None:
         self.in_sample = sampler(sample_rate)
@@ -150,6 +156,8 @@ class JudgeAdmission:
         self.max_usd_per_hour = max_usd_per_hour
         self._calls = BucketedWindow(60.0, 60)
         self._spend = BucketedWindow(3600.0, 60)
+        self._reserved = 0.0
+        self._reservations = 0
 
     @classmethod
     def from_config(cls, config: JudgeConfig) -> JudgeAdmission:
@@ -160,7 +168,7 @@ class JudgeAdmission:
         """Admit or skip one trace; an ``ADMIT`` is counted against the per-minute cap."""
         if not is_probe and not self.in_sample(trace_id):
             return Decision.SKIPPED_RATE
-        if self._spend.total(now) >= self.max_usd_per_hour:
+        if self._spend.total(now) + self._reserved >= self.max_usd_per_hour:
             return Decision.SKIPPED_BUDGET
         if not is_probe and self._calls.total(now) >= self.max_per_minute:
             return Decision.SKIPPED_BUDGET
@@ -172,6 +180,31 @@ class JudgeAdmission:
         if not (math.isfinite(usd) and usd >= 0):
             raise ValueError(f"usd must be a finite amount >= 0, got {usd!r}")
         self._spend.add(usd, now)
+
+    def reserve(self, usd: float, now: float) -> bool:
+        """Hold ``usd`` (a call's estimated cost, finite, >= 0) for a call about to start; False,
+        holding nothing, when spend over the last hour + reservations held + ``usd`` would pass
+        the budget. Every True is ended by one ``settle``."""
+        if not (math.isfinite(usd) and usd >= 0):
+            raise ValueError(f"usd must be a finite amount >= 0, got {usd!r}")
+        if self._spend.total(now) + self._reserved + usd > self.max_usd_per_hour:
+            return False
+        self._reserved += usd
+        self._reservations += 1
+        return True
+
+    def settle(self, reserved: float, usd: float | None, now: float) -> None:
+        """End one reservation of ``reserved`` and record what the call cost (``None``: nothing
+        known spent, e.g. no reply)."""
+        self._reservations = max(self._reservations - 1, 0)
+        self._reserved = max(self._reserved - reserved, 0.0) if self._reservations else 0.0
+        if usd is not None:
+            self.record_cost(usd, now)
+
+    @property
+    def reserved(self) -> float:
+        """USD held by the calls in flight (their estimates)."""
+        return self._reserved
 
     def spent_last_hour(self, now: float) -> float:
         """USD recorded over the last hour (up to one minute more; see the module docstring)."""

@@ -6,6 +6,13 @@
   never waits); its scores arrive later as source ``judge``, judge ``llm``, and its
   per-document relevance verdicts become the ``judge`` relevance source (hit rate, MRR and
   precision@k);
+- only the first ``judge.max_documents`` documents of a context are sent: the rest are
+  unjudged, never "not relevant". Context relevance is the share of the documents judged; the
+  ``judge`` relevance source scores the ranking of the documents judged, and for a cut context
+  only when every ``scoring.k`` fits in it (then hit rate and precision@k are exact, and the
+  reciprocal rank is 0 when no judged document is relevant, as MRR cut at that depth);
+  otherwise the trace gives no ``judge`` relevance score. The documents left out are counted
+  (``ragmon_judge_documents_left_out_total``);
 - with no endpoint, the sampled share of records gets the offline lexical faithfulness
   estimate (source ``judge``, judge ``lexical``), so generation panels are never empty; no
   other score is invented (``notes`` says which need an LLM judge);
@@ -176,7 +183,9 @@ class JudgeStage(Worker):
         }
         retrieval = None
         if scores.relevant_document_ids is not None and record.has_retrieval:
-            retrieval = score_judged_retrieval(final_ranking(record), scores.relevant_document_ids, self._metrics.ks)
+            judged = final_ranking(record)  # the record as queued: its documents are those judged
+            if not scores.documents_left_out or max(self._metrics.ks) <= len(judged):
+                retrieval = score_judged_retrieval(judged, scores.relevant_document_ids, self._metrics.ks)
         toxic = (
             None if scores.toxic_categories is None
             else {c: c in scores.toxic_categories for c in TOXICITY_CATEGORIES}
@@ -205,8 +214,11 @@ class JudgeStage(Worker):
         requests = cat.JUDGE_REQUESTS.empty()
         cost = cat.JUDGE_COST_USD.empty()
         unpriced = cat.JUDGE_UNPRICED_TOKENS.empty()
+        estimated = cat.JUDGE_USAGE_ESTIMATED.empty()
         cache = cat.JUDGE_CACHE_HITS.empty()
+        left_out = cat.JUDGE_DOCUMENTS_LEFT_OUT.empty()
         queue = cat.JUDGE_QUEUE.empty()
+        queue_bytes = cat.JUDGE_QUEUE_BYTES.empty()
         in_flight = cat.JUDGE_IN_FLIGHT.empty()
         breaker = cat.JUDGE_BREAKER_OPEN.empty()
         mode = cat.JUDGE_INFO.empty()
@@ -223,11 +235,17 @@ class JudgeStage(Worker):
                         requests.add_metric([evaluator, outcome], stats.counts.get((evaluator, outcome), 0))
             cost.add_metric([], stats.cost_usd)
             unpriced.add_metric([], stats.unpriced_tokens)
+            estimated.add_metric([], stats.usage_estimated)
             cache.add_metric([], stats.cache_hits)
+            left_out.add_metric([], stats.documents_left_out)
             queue.add_metric([], stats.queue_depth)
+            queue_bytes.add_metric([], stats.queue_bytes)
             in_flight.add_metric([], stats.in_flight)
             breaker.add_metric([], 1 if stats.breaker is BreakerState.OPEN else 0)
-        families: list[Metric] = [requests, cost, unpriced, cache, queue, in_flight, breaker, mode, lexical, app]
+        families: list[Metric] = [
+            requests, cost, unpriced, estimated, cache, left_out, queue, queue_bytes, in_flight, breaker, mode,
+            lexical, app,
+        ]
         if self.sender is not None:
             sent = self.sender.stats()
             exported = cat.EVALUATIONS_EXPORTED.empty()

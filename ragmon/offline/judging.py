@@ -4,8 +4,8 @@ The records go through ``ragmon.judge.runner.Judge`` — the same prompts, clien
 cap, retries with backoff, circuit breaker and USD budget as ``ragmon run`` — with no sampling
 and no per-minute cap: every record is judged once for every applicable evaluator, in one call.
 Records are handed over only as a worker frees up (at most ``concurrency`` outstanding, the
-next one from the callback of the one that finished), so the budget is checked when a call is
-about to start. Before that, the disk cache (``ragmon.offline.cache``) is asked; a parsed
+next one from the callback of the one that finished); the budget is checked right before each
+call against its estimated cost (a refusal is the failure ``budget``, not a record sent). Before that, the disk cache (``ragmon.offline.cache``) is asked; a parsed
 verdict is stored in it.
 """
 
@@ -145,8 +145,11 @@ class _Run:
         self.output_tokens += judgement.output_tokens
         if judgement.cached:
             self.cached += 1
-        if judgement.outcome != "ok" or judgement.scores is None:
-            # a worker's outcome: error, timeout, invalid or dropped (admission happened at submit)
+        if judgement.outcome == "skipped_budget":  # the budget refused the call right before it: not sent
+            self.judged -= 1
+            self.finish(index, _outcomes(self.applicable[index], self.evaluators, (), None, "budget"))
+        elif judgement.outcome != "ok" or judgement.scores is None:
+            # a worker's outcome: error, timeout, invalid or dropped
             self.finish(index, _outcomes(self.applicable[index], self.evaluators, (), None, judgement.outcome))
         else:
             scores = _scores(judgement)
