@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ragmon import __version__
-from ragmon.config import Config, ScoringConfig, check_document_id_place, load_config
+from ragmon.config import Config, ScoringConfig, check_document_id_place, config_from_mapping, load_config
 from ragmon.errors import ConfigError, InputError, RagmonError, UsageError
 from ragmon.groundtruth.relevance import read_golden_queries
 from ragmon.offline.cache import DEFAULT_CACHE
@@ -24,9 +26,44 @@ from ragmon.offline.report import FORMATS, render_compare, render_eval
 __all__ = ["main"]
 
 EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE = 0, 1, 2
-QUIET_LOGGERS = ("openai", "httpx", "httpcore", "httpcore2", "h11")
-"""Client libraries of the judge whose lower levels log content (prompts, replies, headers,
-URLs with credentials): WARNING at least, whatever ``--log-level`` says."""
+QUIET_LOGGERS = ("openai", "httpx", "httpx2", "httpcore", "httpcore2", "h11", "urllib3", "grpc")
+"""Client libraries whose lower levels log content (prompts, replies, headers, URLs with
+credentials): set to WARNING at least, whatever ``--log-level`` says, so they do not even format
+those lines. The handler's filter (``LogHygiene``) is what keeps them out for any library."""
+_CREDENTIALS = re.compile(r"(://[^\s/@:]*):[^\s/@]*@")
+"""The password of a URL's ``user:password@``."""
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with every URL's password replaced by ``***``."""
+    return _CREDENTIALS.sub(r"\1:***@", text)
+
+
+class LogHygiene(logging.Filter):
+    """What ragmon's log handler lets through: below WARNING only ragmon's own records (any
+    other library's INFO and DEBUG lines may carry requests, replies and URLs: ``openai``'s
+    client moved from ``httpx`` to ``httpx2`` once, and its INFO line named the judge's base URL,
+    password included); and in every record, URL passwords masked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING and record.name != "ragmon" and not record.name.startswith("ragmon."):
+            return False
+        message = record.getMessage()
+        masked = mask_credentials(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+class _Masking(logging.Formatter):
+    """Another formatter's output with URL passwords masked (tracebacks and JSON included)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_credentials(self._inner.format(record))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,21 +183,23 @@ def file_problems(config: Config) -> list[str]:
 def configure_logging(level: str, form: str = "text") -> None:
     """ragmon's log lines on stderr at ``level``, as text or (``form="json"``) one JSON object a
     line with ``time`` (ISO 8601, UTC), ``level``, ``logger``, ``message`` (and ``exc_info`` with a traceback);
-    the judge's client libraries at WARNING at least (``QUIET_LOGGERS``: their lower levels
-    carry request bodies, headers and URLs)."""
-    import logging
-
+    other libraries' lines at WARNING at least and URL passwords masked in every line
+    (``LogHygiene``)."""
     handler = logging.StreamHandler()
+    formatter: logging.Formatter
     if form == "json":
         from pythonjsonlogger.json import JsonFormatter
 
-        handler.setFormatter(JsonFormatter(
+        formatter = JsonFormatter(
             "%(levelname)s %(name)s %(message)s",
             rename_fields={"levelname": "level", "name": "logger"},
             timestamp="time",  # ISO 8601, UTC
-        ))
+        )
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(_Masking(formatter))
+    handler.addFilter(LogHygiene())
+    handler.setLevel(level.upper())  # a library that turned its own logger up still stops here
     logging.basicConfig(level=level.upper(), handlers=[handler])
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
@@ -203,11 +242,26 @@ def _qrels(path: str | None, progress: bool) -> Qrels | None:
     return None if path is None else read_qrels(path, progress=progress)
 
 
+_JUDGE_FLAGS = {"model": "--judge-model", "base_url": "--judge-base-url", "concurrency": "--judge-concurrency"}
+"""``[judge]`` keys the ``--judge-*`` flags set."""
+
+
+def _judge_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[judge]`` values the ``--judge-*`` flags give, checked by the same rules as the
+    file's (``UsageError`` naming the flag)."""
+    given = {key: getattr(args, f"judge_{key}") for key in _JUDGE_FLAGS if getattr(args, f"judge_{key}") is not None}
+    try:
+        judge = config_from_mapping({"judge": given}, "flags").judge
+    except ConfigError as exc:
+        key, _, problem = exc.problems[0].partition(": ")
+        raise UsageError(f"{_JUDGE_FLAGS[key.removeprefix('judge.')]}: {problem}") from None
+    return {key: getattr(judge, key) for key in given}
+
+
 def _check_judge_flags(args: argparse.Namespace) -> None:
     """Judge flags without ``--judge`` are a usage error (they would silently do nothing)."""
     if args.judge:
-        if args.judge_concurrency is not None and args.judge_concurrency < 1:
-            raise UsageError(f"--judge-concurrency must be >= 1, got {args.judge_concurrency}")
+        _judge_flags(args)
         return
     given = [flag for flag, value in (
         ("--judge-model", args.judge_model), ("--judge-base-url", args.judge_base_url),
@@ -233,13 +287,7 @@ def _generation(args: argparse.Namespace, runs: Sequence[Sequence[EvalRecord]], 
         config = load_config(args.config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    judge = replace(
-        config.judge,
-        enabled=True,
-        model=args.judge_model or config.judge.model,
-        base_url=args.judge_base_url if args.judge_base_url is not None else config.judge.base_url,
-        concurrency=args.judge_concurrency or config.judge.concurrency,
-    )
+    judge = replace(config.judge, enabled=True, **_judge_flags(args))
     if not (judge.base_url.strip() or os.environ.get("OPENAI_BASE_URL", "").strip() or os.environ.get(judge.api_key_env, "").strip()):
         raise UsageError(f"--judge needs an endpoint: set {judge.api_key_env}, or --judge-base-url (or [judge] base_url, or OPENAI_BASE_URL)")
     endpoint = endpoint_from_config(judge, os.environ)

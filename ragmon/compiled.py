@@ -24,6 +24,7 @@ from types import ModuleType
 
 MODULES: tuple[str, ...] = (
     "ragmon.model",
+    "ragmon.numbers",
     "ragmon.conventions._common",
     "ragmon.conventions._extract",
     "ragmon.conventions.content",

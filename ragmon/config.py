@@ -17,6 +17,7 @@ import math
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -36,6 +37,7 @@ __all__ = [
     "FeedbackConfig",
     "Price",
     "check_document_id_place",
+    "check_http_url",
     "parse_duration",
     "parse_listen",
     "load_config",
@@ -98,10 +100,13 @@ def _setting(default: Any = dataclasses.MISSING, rule: _Rule | None = None, *,
     return field(default=default, metadata=metadata)
 
 
-def _duration(text: str, *, zero: bool = False) -> Any:
-    """A duration: written ``text`` in TOML, held as float seconds (longer than 0 unless ``zero``)."""
-    rule = parse_duration if zero else _positive_duration
-    return field(default=parse_duration(text), metadata={"rule": rule, "toml": text})
+def _duration(text: str, *, zero: bool = False, at_most: str = "1d") -> Any:
+    """A duration: written ``text`` in TOML, held as float seconds, longer than 0 (unless
+    ``zero``) and at most ``at_most`` (a longer one is a typo, and past about 10^9 s asyncio
+    cannot even schedule it)."""
+    return field(default=parse_duration(text), metadata={
+        "rule": functools.partial(_bounded_duration, zero=zero, at_most=at_most), "toml": text,
+    })
 
 
 def _count(default: int, maximum: int = _INT64_MAX) -> Any:
@@ -109,10 +114,12 @@ def _count(default: int, maximum: int = _INT64_MAX) -> Any:
     return _setting(default, functools.partial(_at_least_one, maximum=maximum))
 
 
-def _positive_duration(text: str) -> float:
+def _bounded_duration(text: str, *, zero: bool, at_most: str) -> float:
     seconds = parse_duration(text)
-    if seconds <= 0:
+    if seconds <= 0 and not zero:
         raise ValueError(f"must be longer than 0, got {text!r}")
+    if seconds > parse_duration(at_most):
+        raise ValueError(f"must be at most {at_most}, got {text!r}")
     return seconds
 
 
@@ -135,9 +142,19 @@ def _listen(text: str) -> str:
     return text
 
 
+MAX_K = 1000
+"""The deepest cut-off (trec_eval's deepest default): each k is series and work per request."""
+MAX_CUT_OFFS = 16
+MAX_WINDOW = "30d"
+
+
 def _cut_offs(k: tuple[int, ...]) -> tuple[int, ...]:
     if not k or min(k) < 1:
         raise ValueError("must list cut-offs >= 1")
+    if max(k) > MAX_K:
+        raise ValueError(f"each cut-off must be at most {MAX_K}, got {max(k)}")
+    if len(k) > MAX_CUT_OFFS:
+        raise ValueError(f"must list at most {MAX_CUT_OFFS} cut-offs, got {len(k)}")
     return k
 
 
@@ -147,6 +164,8 @@ def _windows(texts: tuple[str, ...]) -> tuple[float, ...]:
     seconds = tuple(parse_duration(w) for w in texts)
     if min(seconds) <= 0:
         raise ValueError(f"each window must be longer than 0, got {list(texts)}")
+    if max(seconds) > parse_duration(MAX_WINDOW):
+        raise ValueError(f"each window must be at most {MAX_WINDOW}, got {list(texts)}")
     if len(set(seconds)) != len(seconds):
         raise ValueError(f"lists the same duration twice: {list(texts)}")
     return seconds
@@ -180,12 +199,6 @@ def _patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
         except re.error as exc:
             raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
     return patterns
-
-
-def _http_url_or_empty(url: str) -> str:
-    if url and not url.startswith(("http://", "https://")):
-        raise ValueError(f"must be an http:// or https:// URL, got {url!r}")
-    return url
 
 
 def _share(rate: float) -> float:
@@ -245,17 +258,18 @@ class _Section:
 
     @classmethod
     def from_mapping(cls, name: str, table: Any, problems: list[str], at: str = "") -> Self:
-        """The section ``table`` sets; each bad key or value adds ``"name.key: problem"`` to
-        ``problems`` and keeps its default, so every problem is found in one pass. The
-        section's own ``problems()`` are named after ``at`` (default: ``name``)."""
+        """The section ``table`` sets; each bad key or value adds ``"at.key: problem"`` to
+        ``problems`` (``at``: the section as the file places it, e.g. ``probe[2]``; default
+        ``name``) and keeps its default, so every problem is found in one pass."""
         values: dict[str, Any] = {}
+        at = at or name
         if not isinstance(table, dict):
-            problems.append(f"{name}: expected a table, got {type(table).__name__}")
+            problems.append(f"{at}: expected a table, got {type(table).__name__}")
             table = {}
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         for key, value in table.items():
             if key not in fields:
-                problems.append(_unknown(f"{name}.{key}", list(fields)))
+                problems.append(_unknown(f"{at}.{key}", list(fields)))
                 continue
             meta = fields[key].metadata
             try:
@@ -265,9 +279,8 @@ class _Section:
                     value = _typed(value, meta.get("toml", fields[key].default))
                     values[key] = meta["rule"](value) if meta.get("rule") else value
             except ValueError as exc:
-                problems.append(f"{name}.{key}: {exc}")
+                problems.append(f"{at}.{key}: {exc}")
         section = cls(**values)
-        at = at or name
         problems.extend(f"{at}.{key}: {text}" if key else f"{at}: {text}" for key, text in section.problems())
         return section
 
@@ -304,9 +317,9 @@ class ReceiverConfig(_Section):
     """Open connections per receiver; past it new connections are closed at once (counted)."""
     max_inflight_bytes: int = _count(64 * 1024 * 1024)
     """Request bytes being read at once across connections; past it 503 + Retry-After."""
-    header_timeout: float = _duration("10s")
+    header_timeout: float = _duration("10s", at_most="10m")
     """A request's line and headers must arrive within this (slow clients are cut off)."""
-    body_timeout: float = _duration("30s")
+    body_timeout: float = _duration("30s", at_most="10m")
     """A request's body must arrive within this once its headers have."""
     idle_timeout: float = _duration("60s")
     """A kept-alive connection with no request for this long is closed."""
@@ -326,7 +339,13 @@ class MetricsConfig(_Section):
     """Label sets per metric family; past it new combinations fold into ``other`` (counted)."""
     max_connections: int = _count(64)
     """Open connections to the metrics server; past it new ones are closed at once (counted)."""
-    linger: float = _duration("10s", zero=True)
+    max_inflight_bytes: int = _count(64 * 1024 * 1024)
+    """Bytes of /metrics answers held at once (rendered, not yet written out); past it a scrape
+    gets 503 + Retry-After (counted). One answer may always proceed alone."""
+    write_timeout: float = _duration("10s", at_most="10m")
+    """A /metrics answer must be written out within this (a client that does not read is cut
+    off and its answer freed; Prometheus' default scrape timeout is 10 s)."""
+    linger: float = _duration("10s", zero=True, at_most="10m")
     """After SIGTERM and the drain, /metrics keeps answering until one scrape has read the
     final values, or this long."""
 
@@ -335,8 +354,11 @@ class MetricsConfig(_Section):
 class TracesConfig(_Section):
     """``[traces]``: trace assembly."""
 
-    grace: float = _duration("2s")
+    grace: float = _duration("2s", at_most="1h")
     max_wait: float = _duration("60s")
+    max_duration: float = _duration("1d", at_most="30d")
+    """A span lasting longer than this (or ending before it starts: a start of 0 ns, an end in
+    the far future) gives no latency; counted in ragmon_durations_invalid_total."""
     max_pending: int = _count(50_000)
     max_spans: int = _count(1_000_000)
     """Spans held across all pending traces; past it the oldest trace is finished early."""
@@ -363,34 +385,100 @@ class ScoringConfig(_Section):
     golden: str = ""
 
 
+MAX_JUDGE_MODEL_CHARS = 256
+"""The longest ``judge.model`` name (the judge client reads no longer name from a reply)."""
+
+
+def check_http_url(url: str) -> str:
+    """Empty, or an ``http://`` / ``https://`` URL naming a host, with a valid port if any
+    (``urllib.parse``). The problem never quotes the URL: it may hold a password."""
+    if not url:
+        return url
+    problem = "must be empty or an http:// or https:// URL with a host"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        raise ValueError(f"{problem} and a port in 0-65535") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(problem)
+    return url
+
+
+def _model_name(name: str) -> str:
+    if not name.strip():
+        raise ValueError("must name a model")
+    if len(name) > MAX_JUDGE_MODEL_CHARS:
+        raise ValueError(f"must be at most {MAX_JUDGE_MODEL_CHARS} characters, got {len(name)}")
+    return name
+
+
+def _retries(value: int) -> int:
+    if not 0 <= value <= 10:
+        raise ValueError(f"must be between 0 and 10, got {value}")
+    return value
+
+
+def _failure_ratio(value: float) -> float:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"must be more than 0 and at most 1, got {value}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class JudgeConfig(_Section):
     """``[judge]``: the sampled LLM judge."""
 
-    base_url: str = ""
-    model: str = "gpt-4o-mini"
+    base_url: str = _setting("", check_http_url)
+    model: str = _setting("gpt-4o-mini", _model_name)
     sample_rate: float = _setting(0.1, _share)
     max_per_minute: int = _setting(60, _not_negative)
     max_usd_per_hour: float = _setting(1.0, _not_negative)
-    concurrency: int = _count(4)
-    timeout: float = _duration("30s")
+    concurrency: int = _count(4, maximum=256)
+    timeout: float = _duration("30s", at_most="10m")
     enabled: bool | None = None
     """``None``: on when an OpenAI key or base URL is set (config or environment)."""
     api_key_env: str = "OPENAI_API_KEY"
     """Environment variable holding the endpoint's key (never the key itself in the file)."""
     evaluators: tuple[str, ...] = _setting(_EVALUATORS, _evaluators)
-    max_retries: int = _setting(2, _not_negative)
+    max_retries: int = _setting(2, _retries)
     """Retries of a call answered 429/5xx or cut off, with jittered exponential backoff."""
-    max_queue: int = _count(1000)
+    max_queue: int = _count(1000, maximum=100_000)
     """Sampled traces waiting for a judge slot; past it they are dropped (counted)."""
+    max_queue_bytes: int = _count(32 * 1024 * 1024, maximum=1024 * 1024 * 1024)
+    """Bytes those traces hold (as queued: cut to ``max_documents``, every string at its object
+    size); past it they are dropped (counted). An empty queue takes one trace whatever its size
+    (once cut, at most about 2 MiB with the defaults: 23 texts of 9,024 characters, 20 ids)."""
+    max_documents: int = _count(20, maximum=256)
+    """Documents of a trace's context sent to the judge, its first ones; the rest are left out
+    and never judged (20: twice the deepest default ``scoring.k``, so the judge's relevance
+    source covers every default cut-off, and with 8,000 characters each a prompt stays near
+    50k tokens, inside common judge models' context)."""
+    breaker_failures: int = _count(5, maximum=1000)
+    """Failed calls in a row that open the circuit breaker."""
+    breaker_failure_ratio: float = _setting(0.5, _failure_ratio)
+    """Share of failed calls over ``breaker_window`` that opens it (with ``breaker_min_calls``)."""
+    breaker_min_calls: int = _count(10, maximum=100_000)
+    """Calls over ``breaker_window`` before ``breaker_failure_ratio`` applies."""
+    breaker_window: float = _duration("60s", at_most="1d")
+    breaker_cooldown: float = _duration("5s", at_most="1h")
+    """How long the open breaker refuses calls before one trial; doubled per failed trial."""
+    breaker_max_cooldown: float = _duration("5m", at_most="1d")
+    """The longest cool-down the doubling reaches."""
     cache_size: int = _count(10000)
     """Judgements remembered by (query, answer, contexts): identical ones are not judged twice."""
     redact: tuple[str, ...] = _setting((), _patterns)
     """Regular expressions; every match is replaced by ``[REDACTED]`` before text leaves."""
     send_documents: bool = True
     """False: document content is never sent (faithfulness and context relevance are off)."""
-    export_endpoint: str = _setting("", _http_url_or_empty)
+    export_endpoint: str = _setting("", check_http_url)
     """OTLP/HTTP base URL to send ``gen_ai.evaluation.result`` events to; empty: off."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        """The breaker's longest cool-down is not shorter than its first."""
+        if self.breaker_max_cooldown < self.breaker_cooldown:
+            return [("breaker_max_cooldown", "must be at least breaker_cooldown")]
+        return []
 
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -406,8 +494,8 @@ class ProbeConfig(_Section):
     headers: Mapping[str, str] = _setting(factory=dict, read=_headers)
     body: Any = _setting(factory=lambda: {"question": "{query}"}, read=_body)
     interval: float = _duration("60s")
-    timeout: float = _duration("10s")
-    concurrency: int = _count(2)
+    timeout: float = _duration("10s", at_most="10m")
+    concurrency: int = _count(2, maximum=64)
     dataset: str = ""
     response_ids: str = ""
     response_answer: str = ""
@@ -435,8 +523,11 @@ class FeedbackConfig(_Section):
     """``[feedback]``: how long (``retention``) and how many (``max_traces``) scored RAG traces
     stay joinable by ``POST /v1/feedback``."""
 
-    retention: float = _duration("1h")
+    retention: float = _duration("1h", at_most="7d")
     max_traces: int = _count(100_000)
+    max_bytes: int = _count(256 * 1024 * 1024)
+    """Bytes of the traces kept (every id and string, plus a fixed cost per trace); past it the
+    oldest are evicted whatever ``max_traces`` says."""
 
 
 @dataclass(frozen=True, slots=True)

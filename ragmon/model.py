@@ -28,6 +28,7 @@ __all__ = [
     "Span",
     "Trace",
     "Stage",
+    "STAGES",
     "RetrievedDocument",
     "LlmCall",
     "Evaluation",
@@ -192,6 +193,8 @@ class Trace:
 
 
 Stage: TypeAlias = Literal["retrieval", "rerank", "generation", "embedding"]
+STAGES: Final[tuple[Stage, ...]] = ("retrieval", "rerank", "generation", "embedding")
+"""Every stage, in the order of a request (``total`` is the request itself)."""
 """Pipeline stages with their own latency (``total`` is the whole trace)."""
 
 
@@ -237,7 +240,8 @@ class RagRecord:
     ``retrieved`` is the ranking of the outermost retriever span with documents; ``reranked``
     the reranker's output when there was one. ``relevance`` (id -> grade) comes from
     ``ragmon.relevant_document_ids`` / ``ragmon.groundtruth.relevance`` when the app attached them.
-    ``stage_seconds`` sums the outermost spans of each stage. ``content_recorded`` is False
+    ``stage_seconds`` sums the outermost spans of each stage whose duration is in range.
+    ``content_recorded`` is False
     when the instrumentation recorded no message content (then only latency, tokens and
     cost can be measured).
     """
@@ -256,6 +260,9 @@ class RagRecord:
     reference_answer: str | None = None
     llm_calls: tuple[LlmCall, ...] = ()
     stage_seconds: Mapping[Stage, float] = field(default_factory=dict)
+    invalid_durations: tuple[str, ...] = ()
+    """Stages of the spans left out of ``stage_seconds``: each a span whose duration was out of
+    range (``ragmon.numbers.span_seconds``), one entry a span."""
     evaluations: tuple[Evaluation, ...] = ()
     has_retrieval: bool = False
     content_recorded: bool = True

@@ -425,6 +425,8 @@ BAD_RECORDS: dict[str, tuple[bytes, str]] = {
     "bool_grade": (b'{"retrieved_document_ids": ["a"], "relevance": {"a": true}}', "grade"),
     "nan_grade": (b'{"retrieved_document_ids": ["a"], "relevance": {"a": NaN}}', "grade"),
     "null_grade": (b'{"retrieved_document_ids": ["a"], "relevance": {"a": null}}', "grade"),
+    "huge_grade": (b'{"retrieved_document_ids": ["a"], "relevance": {"a": 1' + b"0" * 400 + b'}}', "whole number from 0 to"),
+    "infinite_grade": (b'{"retrieved_document_ids": ["a"], "relevance": {"a": 1e400}}', "whole number from 0 to"),
     "relevance_list": (b'{"retrieved_document_ids": ["a"], "relevance": ["a"]}', '"relevance"'),
     "relevance_number": (b'{"retrieved_document_ids": ["a"], "relevance": 1}', '"relevance"'),
     "contexts_string": (b'{"retrieved_document_ids": ["a"], "contexts": "some text"}', '"contexts"'),
@@ -438,9 +440,10 @@ BAD_RECORDS: dict[str, tuple[bytes, str]] = {
 BAD_QRELS: dict[str, tuple[bytes, int, str]] = {
     "trec_three_columns": (b"q1 0 d1 1\nq1 0 d2\n", 2, "4 columns"),
     "trec_five_columns": (b"q1 0 d1 1 extra\n", 1, "4 columns"),
-    "trec_float_grade": (b"q1 0 d1 1\n\nq1 0 d2 0.5\n", 3, "integer"),
-    "trec_word_grade": (b"q1 0 d1 yes\n", 1, "integer"),
-    "trec_negative_grade": (b"q1 0 d1 -1\n", 1, ">= 0"),
+    "trec_float_grade": (b"q1 0 d1 1\n\nq1 0 d2 0.5\n", 3, "whole number from 0"),
+    "trec_word_grade": (b"q1 0 d1 yes\n", 1, "whole number from 0"),
+    "trec_negative_grade": (b"q1 0 d1 -1\n", 1, "whole number from 0"),
+    "trec_huge_grade": (b"q1 0 d1 " + b"9" * 5000 + b"\n", 1, "whole number from 0 to 1,000,000,000,000"),
     "trec_not_utf8": (b"q1 0 d1 1\nq\xff 0 d2 1\n", 2, "UTF-8"),
     "jsonl_no_query_id_or_query": (
         b'{"query_id": "q1", "relevant_document_ids": ["a"]}\n{"relevant_document_ids": ["a"]}\n',
@@ -631,6 +634,22 @@ BAD_CASES: dict[str, Callable[[Path], BadCase]] = {
        for name, a in ARGPARSE_ERRORS.items()},
     "resamples_zero": lambda d: (
         ["compare", _ok_run(d), _ok_run(d), "--resamples", "0"], ["--resamples", ">= 1"]
+    ),
+    "judge_base_url_not_a_url": lambda d: (
+        ["eval", _ok_run(d), "--judge", "--judge-base-url", "not a url"],
+        ["ragmon eval: error: --judge-base-url: must be empty or an http:// or https:// URL with a host"],
+    ),
+    "judge_concurrency_absurd": lambda d: (
+        ["eval", _ok_run(d), "--judge", "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-concurrency", "100000"],
+        ["--judge-concurrency: must be at most 256"],
+    ),
+    "judge_concurrency_zero": lambda d: (
+        ["eval", _ok_run(d), "--judge", "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-concurrency", "0"],
+        ["--judge-concurrency: must be at least 1"],
+    ),
+    "judge_model_empty": lambda d: (
+        ["eval", _ok_run(d), "--judge", "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-model", " "],
+        ["--judge-model: must name a model"],
     ),
     "resamples_negative": lambda d: (
         ["compare", _ok_run(d), _ok_run(d), "--resamples=-5"], ["--resamples"]

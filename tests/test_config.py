@@ -111,7 +111,7 @@ def test_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"judge": {"max_usd_per_hour": -1}}, "judge.max_usd_per_hour: must be >= 0"),
         ({"probe": {"url": "x"}}, "probe: use [[probe]]"),
         ({"probe": [{"name": "p"}]}, "probe[0].url: required"),
-        ({"probe": [{"url": "http://x", "headers": {"a": 1}}]}, "probe.headers: expected a table of strings"),
+        ({"probe": [{"url": "http://x", "headers": {"a": 1}}]}, "probe[0].headers: expected a table of strings"),
         ({"pricing": {"m": {"input": -1}}}, 'pricing."m".input: must be >= 0'),
         ({"pricing": {"m": {"inpt": 1}}}, "pricing.\"m\".inpt: unknown key (did you mean 'input'?)"),
         ({"metrics": "x"}, "metrics: expected a table"),
@@ -127,6 +127,23 @@ def test_environment_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"metrics": {"max_series": 0}}, "metrics.max_series: must be at least 1"),
         ({"metrics": {"max_label_chars": 0}}, "metrics.max_label_chars: must be at least 1"),
         ({"metrics": {"linger": "soon"}}, "metrics.linger: expected a duration"),
+        ({"receiver": {"body_timeout": "1000000d"}}, "receiver.body_timeout: must be at most 10m, got '1000000d'"),
+        ({"receiver": {"header_timeout": "11m"}}, "receiver.header_timeout: must be at most 10m"),
+        ({"receiver": {"idle_timeout": "2d"}}, "receiver.idle_timeout: must be at most 1d"),
+        ({"traces": {"grace": "100000000d"}}, "traces.grace: must be at most 1h, got '100000000d'"),
+        ({"traces": {"max_wait": "25h"}}, "traces.max_wait: must be at most 1d"),
+        ({"traces": {"max_duration": "0s"}}, "traces.max_duration: must be longer than 0"),
+        ({"traces": {"max_duration": "31d"}}, "traces.max_duration: must be at most 30d"),
+        ({"metrics": {"linger": "11m"}}, "metrics.linger: must be at most 10m"),
+        ({"metrics": {"write_timeout": "0s"}}, "metrics.write_timeout: must be longer than 0"),
+        ({"metrics": {"max_inflight_bytes": 0}}, "metrics.max_inflight_bytes: must be at least 1"),
+        ({"scoring": {"k": [1000000000]}}, "scoring.k: each cut-off must be at most 1000, got 1000000000"),
+        ({"scoring": {"k": list(range(1, 18))}}, "scoring.k: must list at most 16 cut-offs, got 17"),
+        ({"scoring": {"windows": ["5m", "31d"]}}, "scoring.windows: each window must be at most 30d"),
+        ({"feedback": {"retention": "8d"}}, "feedback.retention: must be at most 7d"),
+        ({"feedback": {"max_bytes": 0}}, "feedback.max_bytes: must be at least 1"),
+        ({"probe": [{"url": "http://x", "dataset": "g", "timeout": "1h"}]}, "probe[0].timeout: must be at most 10m"),
+        ({"probe": [{"url": "http://x", "dataset": "g", "concurrency": 1000}]}, "probe[0].concurrency: must be at most 64"),
     ],
 )
 def test_each_problem_names_its_key(data: dict[str, object], problem: str) -> None:
@@ -222,11 +239,11 @@ def test_tokens_come_from_the_environment_over_the_file(tmp_path: Path) -> None:
 def test_durations_are_read_once_into_seconds() -> None:
     config = config_from_mapping({
         "traces": {"grace": "500ms", "max_wait": "2m"}, "scoring": {"windows": ["1m", "1d"]},
-        "receiver": {"header_timeout": "1h"}, "metrics": {"linger": "0s"}, "judge": {"timeout": "3s"},
+        "receiver": {"header_timeout": "10m"}, "metrics": {"linger": "0s"}, "judge": {"timeout": "3s"},
         "probe": [{"url": "http://127.0.0.1:1/ask", "dataset": "g.jsonl", "interval": "1m", "timeout": "250ms"}],
     })
     assert (config.traces.grace, config.traces.max_wait) == (0.5, 120.0)
-    assert config.scoring.windows == (60.0, 86400.0) and config.receiver.header_timeout == 3600.0
+    assert config.scoring.windows == (60.0, 86400.0) and config.receiver.header_timeout == 600.0
     assert config.metrics.linger == 0.0 and config.judge.timeout == 3.0
     assert (config.probe[0].interval, config.probe[0].timeout) == (60.0, 0.25)
     with pytest.raises(ConfigError) as info:  # a duration is text in the file, as before
@@ -272,3 +289,65 @@ def test_judge_evaluators_are_the_judges_own_list() -> None:
         config_from_mapping({"judge": {"evaluators": ["faithfulness", "vibes"]}})
     (problem,) = info.value.problems
     assert problem.startswith("judge.evaluators: unknown evaluator(s) ['vibes']; known: ") and "'toxicity'" in problem
+
+
+@pytest.mark.parametrize(
+    ("judge", "problem"),
+    [
+        ({"concurrency": 100000}, "judge.concurrency: must be at most 256, got 100000"),
+        ({"concurrency": 0}, "judge.concurrency: must be at least 1, got 0"),
+        ({"max_retries": 1000000}, "judge.max_retries: must be between 0 and 10, got 1000000"),
+        ({"max_retries": -1}, "judge.max_retries: must be between 0 and 10, got -1"),
+        ({"base_url": "not a url"}, "judge.base_url: must be empty or an http:// or https:// URL with a host"),
+        ({"base_url": "ftp://host/v1"}, "judge.base_url: must be empty or an http:// or https:// URL with a host"),
+        ({"base_url": "http:///v1"}, "judge.base_url: must be empty or an http:// or https:// URL with a host"),
+        ({"base_url": "http://user:pw@host:99999/v1"},
+         "judge.base_url: must be empty or an http:// or https:// URL with a host and a port in 0-65535"),
+        ({"export_endpoint": "collector:4318"},
+         "judge.export_endpoint: must be empty or an http:// or https:// URL with a host"),
+        ({"model": ""}, "judge.model: must name a model"),
+        ({"model": "   "}, "judge.model: must name a model"),
+        ({"model": "m" * 257}, "judge.model: must be at most 256 characters, got 257"),
+        ({"timeout": "11m"}, "judge.timeout: must be at most 10m, got '11m'"),
+        ({"timeout": "0s"}, "judge.timeout: must be longer than 0, got '0s'"),
+        ({"max_queue": 100001}, "judge.max_queue: must be at most 100000, got 100001"),
+        ({"max_queue_bytes": 0}, "judge.max_queue_bytes: must be at least 1, got 0"),
+        ({"max_queue_bytes": 2**30 + 1}, f"judge.max_queue_bytes: must be at most {2**30}, got {2**30 + 1}"),
+        ({"max_documents": 0}, "judge.max_documents: must be at least 1, got 0"),
+        ({"max_documents": 257}, "judge.max_documents: must be at most 256, got 257"),
+        ({"breaker_failures": 0}, "judge.breaker_failures: must be at least 1, got 0"),
+        ({"breaker_failures": 1001}, "judge.breaker_failures: must be at most 1000, got 1001"),
+        ({"breaker_failure_ratio": 0}, "judge.breaker_failure_ratio: must be more than 0 and at most 1, got 0.0"),
+        ({"breaker_failure_ratio": 1.5}, "judge.breaker_failure_ratio: must be more than 0 and at most 1, got 1.5"),
+        ({"breaker_min_calls": 0}, "judge.breaker_min_calls: must be at least 1, got 0"),
+        ({"breaker_min_calls": 100001}, "judge.breaker_min_calls: must be at most 100000, got 100001"),
+        ({"breaker_window": "0s"}, "judge.breaker_window: must be longer than 0, got '0s'"),
+        ({"breaker_window": "2d"}, "judge.breaker_window: must be at most 1d, got '2d'"),
+        ({"breaker_cooldown": "2h"}, "judge.breaker_cooldown: must be at most 1h, got '2h'"),
+        ({"breaker_max_cooldown": "25h"}, "judge.breaker_max_cooldown: must be at most 1d, got '25h'"),
+        ({"breaker_cooldown": "10m", "breaker_max_cooldown": "5m"},
+         "judge.breaker_max_cooldown: must be at least breaker_cooldown"),
+    ],
+)
+def test_absurd_judge_values_are_refused_in_one_line_naming_the_key(judge: dict[str, object], problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_mapping({"judge": judge})
+    assert info.value.problems == [problem]
+    assert "pw" not in str(info.value)  # a URL is never quoted: it may hold a password
+
+
+def test_the_judge_bounds_and_breaker_are_read() -> None:
+    judge = config_from_mapping({"judge": {
+        "concurrency": 256, "max_retries": 10, "base_url": "https://user:pw@judge.example:8443/v1", "model": "m",
+        "timeout": "10m", "max_queue": 100000, "max_queue_bytes": 2**30, "max_documents": 256,
+        "breaker_failures": 3, "breaker_failure_ratio": 1, "breaker_min_calls": 4, "breaker_window": "2m",
+        "breaker_cooldown": "1h", "breaker_max_cooldown": "1d",
+    }}).judge
+    assert (judge.concurrency, judge.max_retries, judge.timeout, judge.max_queue, judge.max_queue_bytes) == (
+        256, 10, 600.0, 100000, 2**30)
+    assert (judge.max_documents, judge.breaker_failures, judge.breaker_failure_ratio, judge.breaker_min_calls) == (
+        256, 3, 1.0, 4)
+    assert (judge.breaker_window, judge.breaker_cooldown, judge.breaker_max_cooldown) == (120.0, 3600.0, 86400.0)
+    defaults = Config().judge
+    assert (defaults.max_documents, defaults.max_queue_bytes, defaults.breaker_failures, defaults.breaker_cooldown,
+            defaults.breaker_max_cooldown) == (20, 32 * 1024 * 1024, 5, 5.0, 300.0)

@@ -642,24 +642,6 @@ def test_resolve_documents(
     assert [(d.id, d.score, d.content) for d in got] == expected
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        (-1, None), (0, 0), (7, 7), (2.0, 2), (2.5, None), ("12", 12), ("x", None),
-        (True, None), (False, None), (None, None), (math.nan, None), (math.inf, None),
-        (-0.0, 0), ("0.5", None), ("1e400", None), ("", None), (3.0, 3), (1e12, 10**12),
-        (("d1", 2), None), (b"d1", None), ("d1", None), (10**12, 10**12), (10**12 + 1, None),
-        (1e20, None), (1e308, None), (2**63 - 1, None), ("1000000000000", 10**12),
-        ("1000000000001", None), ("0" * 13, 0), ("0" * 14, None), ("9" * 5000, None), ("²", None),
-        ("١٢", None), (" 12", None),
-    ],
-)
-def test_as_int(value: Any, expected: int | None) -> None:
-    """Whole, non-negative counts up to MAX_COUNT only (a larger one would poison a counter for
-    good); booleans are not counts; only ASCII digits (``int("²")`` raises)."""
-    assert common.as_int(value) == expected
-
-
 def _usage(usage: Any) -> tuple[int, int, int] | None:
     return None if usage is None else (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens)
 

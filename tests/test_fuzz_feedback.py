@@ -5,6 +5,7 @@ feedback sent afterwards is scored exactly."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,10 @@ from server_helpers import LoopThread, post, sidecar_thread
 from test_sidecar import FakeClock, samples, scrape, value
 from test_sidecar_feedback import SV, make, scored, send
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from ragmon.app import Sidecar
+from ragmon.groundtruth.feedback import OUTCOMES
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -82,13 +86,71 @@ def test_no_body_gets_a_500_and_good_feedback_is_scored_after(
 
 def _counted(car: Sidecar) -> float:
     v = samples(scrape(car.ports.metrics))
-    return sum(value(v, "ragmon_feedback_total", outcome=o) for o in ("accepted", "invalid", "unknown_trace", "expired", "duplicate"))
+    return sum(value(v, "ragmon_feedback_total", outcome=o) for o in OUTCOMES)
+
+
+_ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=12)
+"""Any string JSON can write: lone surrogates, controls, bidirectional overrides included."""
+_NUMBER_TEXT = st.one_of(
+    st.integers().map(str),
+    st.integers(300, 4000).map(lambda digits: "9" * digits),  # past a float; past int() at 4,300 digits
+    st.integers(300, 4000).map(lambda digits: "-" + "1" * digits),
+    st.sampled_from(["1e308", "1.7976931348623157e308", "-1e308", "5e-324", "1e-400", "1e400", "-0.0", "0.0",
+                     "Infinity", "-Infinity", "NaN", "0", "1", "1.0", "0.5", "2"]),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+)
+"""Any number JSON (and Python's json module) may carry, as written in the body."""
+
+
+def _raw_bodies(ids: list[str]) -> st.SearchStrategy[bytes]:
+    """Feedback bodies as JSON text: any names and any numbers in every place a number goes."""
+    trace = st.sampled_from(ids).map(json.dumps)
+    name = _ANY_TEXT.map(lambda t: json.dumps(t))  # \\uXXXX escapes: lone surrogates survive as JSON
+    grades = st.lists(st.tuples(st.sampled_from(["d1", "d2", "d3", "d4", "d5"]), _NUMBER_TEXT), max_size=3).map(
+        lambda pairs: "{" + ",".join(f'"{doc}": {n}' for doc, n in pairs) + "}")
+    scored = st.tuples(trace, name, _NUMBER_TEXT).map(lambda t: f'{{"trace_id": {t[0]}, "name": {t[1]}, "score": {t[2]}}}')
+    graded = st.tuples(trace, grades).map(lambda t: f'{{"trace_id": {t[0]}, "relevance": {t[1]}}}')
+    return st.one_of(scored, graded).map(str.encode)
+
+
+def test_any_string_and_any_number_never_get_a_500_and_metrics_always_parse(
+    running: tuple[Sidecar, FakeClock, LoopThread, list[str]],
+) -> None:
+    """Issue 23's surfaces: a lone surrogate in a name blinded /metrics (500 on every scrape);
+    grades of 309 to 4,300 digits gave a 500, uncounted, and used up a slot; 10^308 grades made
+    a sum NaN. Invariants after every body: an answer in the documented set (never a 500),
+    ``/metrics`` parses in both formats with every value finite, every answer counted."""
+    car, clock, _, _ = running
+    records = car.pipeline.stats().records
+    ids = send(car, [["d1", "d2", "d3"], ["d4", "d5"], ["d1", "d5"]])  # fresh: no slot taken yet
+    scored(car, clock, records + 3, 3)
+    url = f"http://127.0.0.1:{car.ports.http}/v1/feedback"
+    answered: list[int] = []
+    before = _counted(car)
+
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(_raw_bodies(ids))
+    def one(body: bytes) -> None:
+        status, _, raw = post(url, body, {"Content-Type": "application/json"})
+        assert status in ANSWERS, (status, body[:200], raw)
+        answered.append(status)
+        for openmetrics in (False, True):
+            text = scrape(car.ports.metrics, openmetrics)
+            for family in text_string_to_metric_families(text.replace("# EOF\n", "")):
+                for sample in family.samples:
+                    assert math.isfinite(sample.value), (sample, body[:200])
+
+    one()
+    assert _counted(car) == before + len(answered)
+    assert {202, 400, 409} <= set(answered)
 
 
 def test_good_feedback_after_the_fuzz_is_scored_exactly(running: tuple[Sidecar, FakeClock, LoopThread, list[str]]) -> None:
     car, clock, _, _ = running
+    records = car.pipeline.stats().records
     (fresh,) = send(car, [["x1", "x2", "x3"]])
-    scored(car, clock, 3, 1)
+    scored(car, clock, records + 1, 1)
     before = samples(scrape(car.ports.metrics))
     fb = {**SV, "source": "feedback"}
     queries = before.get(("ragmon_retrieval_queries_total", frozenset(fb.items())), 0.0)

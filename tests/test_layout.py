@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ragmon"
-MAX_TOP_LEVEL_MODULES = 9  # compiled.py (what mypyc builds) is read by setup.py alone, so it stays on its own
+MAX_TOP_LEVEL_MODULES = 10  # numbers.py: the one check numbers from outside pass, below every stage; compiled.py (what mypyc builds) is read by setup.py alone, so it stays on its own
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:

@@ -10,8 +10,10 @@ from ragmon.metrics import retrieval
 def test_a_bad_grade_is_named_with_its_document() -> None:
     with pytest.raises(ValueError, match=r"^grade of 'd1' is not a number: 'x'$"):
         retrieval.hit_at_k(["d1"], {"d1": "x"}, 1)
-    with pytest.raises(ValueError, match=r"^grade of 'd1' must be a finite number >= 0, got -1$"):
+    with pytest.raises(ValueError, match=r"^grade of 'd1' must be a number from 0 to 1,000,000,000,000, got -1$"):
         retrieval.ndcg_at_k(["d1"], {"d1": -1}, 1)
+    with pytest.raises(ValueError, match=r"^grade of 'd1' must be a number from 0 to 1,000,000,000,000, got 1000000000000000000000000000000000000000$"):
+        retrieval.ndcg_at_k(["d1"], {"d1": 10**400}, 1)  # math.isfinite raised OverflowError on it
 
 
 def test_a_string_is_refused_as_relevance() -> None:

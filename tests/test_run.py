@@ -125,6 +125,18 @@ def test_run_with_a_bad_config_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert "traces.grace" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_run_with_an_openai_base_url_that_is_no_url_exits_2_with_one_line(tmp_path: Path) -> None:
+    """The environment's ``OPENAI_BASE_URL`` passes the rule the file's ``base_url`` does, and
+    the line never quotes it (a URL may hold a password)."""
+    config = tmp_path / "c.toml"
+    config.write_text('[receiver]\nhttp = "127.0.0.1:0"\ngrpc = ""\n[metrics]\nlisten = "127.0.0.1:0"\n')
+    env = {**os.environ, "OPENAI_BASE_URL": "not a url with s3cret", "OPENAI_API_KEY": "x"}
+    result = subprocess.run([sys.executable, "-m", "ragmon", "run", "--config", str(config)],
+                            capture_output=True, text=True, timeout=30, env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == "ragmon run: error: OPENAI_BASE_URL: must be empty or an http:// or https:// URL with a host\n"
+
+
 @pytest.mark.parametrize("receiver", ["http", "grpc"])
 def test_run_on_a_busy_port_exits_2_with_one_line(tmp_path: Path, receiver: str) -> None:
     with socket.socket() as busy:
@@ -161,9 +173,10 @@ def test_one_start_up_line_says_what_listens_and_what_is_off(tmp_path: Path) -> 
         "judge lexical (judge.enabled = false)",
         "no golden set",
         "no probes",
-        facts.split("; ")[-1],
+        facts.split("; ")[-2],
+        "malloc arenas 2",  # glibc: freed memory given back (ragmon.app.tune_malloc)
     ], facts
-    assert re.fullmatch(r"open-file limit (\d+|unlimited|raised from \d+ to (\d+|unlimited))", facts.split("; ")[-1])
+    assert re.fullmatch(r"open-file limit (\d+|unlimited|raised from \d+ to (\d+|unlimited))", facts.split("; ")[-2])
 
 
 def test_log_format_json_writes_one_object_a_line(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from test_sidecar import FakeClock, samples, scrape, value, wait_for
 
 from ragmon.app import Sidecar
 from ragmon.config import Config, FeedbackConfig, MetricsConfig, ReceiverConfig, ScoringConfig
-from ragmon.groundtruth.feedback import entry_size
+from ragmon.groundtruth.feedback import MAX_SCORE_NAMES, entry_size, names_size
 
 SV = {"service": "rag-api", "variant": "B"}
 
@@ -114,19 +114,91 @@ def test_named_scores_give_histograms_and_means(sidecar: tuple[Sidecar, FakeCloc
     car, clock, _ = sidecar
     a, b = send(car, [["d1"], ["d2"]])
     scored(car, clock, 2, 2)
-    for trace, score in ((a, 1), (b, 0), (a, 0.5)):
+    for trace, score in ((a, 1), (b, 0)):
         assert feedback(car, {"trace_id": trace, "name": "thumbs", "score": score})[0] == 202
+    assert feedback(car, {"trace_id": b, "name": "thumbs", "score": 0.5})[0] == 409  # one per trace and name
     v = samples(scrape(car.ports.metrics))
     thumbs = {**SV, "name": "thumbs"}
 
     def user(sample: str, **labels: str) -> float:
         return v[(f"ragmon_user_feedback{sample}", frozenset({**thumbs, **labels}.items()))]
 
-    assert user("_count") == 3
-    assert user("_sum") == 1.5
-    assert user("_bucket", le="0.5") == 2
+    assert user("_count") == 2
+    assert user("_sum") == 1.0
+    assert user("_bucket", le="0.5") == 1
     assert user("_mean", window="5m") == 0.5
-    assert value(v, "ragmon_window_samples", **SV, source="feedback", metric="user_feedback_mean:thumbs", window="5m") == 3
+    assert value(v, "ragmon_window_samples", **SV, source="feedback", metric="user_feedback_mean:thumbs", window="5m") == 2
+
+
+def test_a_trace_takes_one_score_per_name_and_scores_of_at_most_eight_names(
+    sidecar: tuple[Sidecar, FakeClock, LoopThread],
+) -> None:
+    """However often one trace's feedback is posted, it weighs one verdict per name in a mean; a
+    flood of new names per trace stops at ``MAX_SCORE_NAMES``; each refusal is counted."""
+    car, clock, _ = sidecar
+    (a,) = send(car, [["d1"]])
+    scored(car, clock, 1, 1)
+    before = car.feedback.store.bytes
+    assert feedback(car, {"trace_id": a, "name": "thumbs", "score": 1}) == (202, {"status": "accepted"})
+    status, answer = feedback(car, {"trace_id": a, "name": "thumbs", "score": 0})
+    assert (status, answer["error"]) == (409, "name: a score of this name was already taken for this trace (the first wins)")
+    for i in range(MAX_SCORE_NAMES - 1):
+        assert feedback(car, {"trace_id": a, "name": f"n{i}", "score": 0.5})[0] == 202
+    status, answer = feedback(car, {"trace_id": a, "name": "one-more", "score": 0.5})
+    assert (status, answer["error"]) == (409, f"name: this trace already has scores of {MAX_SCORE_NAMES} names")
+    names = ("thumbs", *(f"n{i}" for i in range(MAX_SCORE_NAMES - 1)))
+    assert car.feedback.store.bytes == before + names_size(names)  # the names taken are counted
+    v = samples(scrape(car.ports.metrics))
+    assert value(v, "ragmon_feedback_total", outcome="accepted") == MAX_SCORE_NAMES
+    assert value(v, "ragmon_feedback_total", outcome="duplicate") == 1
+    assert value(v, "ragmon_feedback_total", outcome="limited") == 1
+    thumbs = frozenset({**SV, "name": "thumbs"}.items())
+    assert v[("ragmon_user_feedback_count", thumbs)] == 1 and v[("ragmon_user_feedback_sum", thumbs)] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [("\ud800", "\ufffd"), ("a\rb\x00c\u202ed\x1b", "a\ufffdb\ufffdc\ufffdd\ufffd"), ("\udfff\ud83d", "\ufffd\ufffd")],
+)
+def test_a_name_no_exposition_can_carry_is_cleaned_and_metrics_still_answer(
+    sidecar: tuple[Sidecar, FakeClock, LoopThread], name: str, label: str,
+) -> None:
+    """Issue 23's critical finding: a lone surrogate (valid JSON) in a score's name made every
+    later scrape a 500 until restart. Label values are cleaned where labels are made: the
+    scrape answers in both formats, with U+FFFD where a character could not be kept, counted."""
+    car, clock, _ = sidecar
+    (a,) = send(car, [["d1"]])
+    scored(car, clock, 1, 1)
+    body = json.dumps({"trace_id": a, "name": name, "score": 1}).encode()  # ASCII: \uXXXX escapes
+    assert feedback(car, body)[0] == 202
+    for openmetrics in (False, True):
+        assert f'name="{label}"' in scrape(car.ports.metrics, openmetrics)  # a 200, or urlopen raises
+    v = samples(scrape(car.ports.metrics))
+    assert v[("ragmon_user_feedback_count", frozenset({**SV, "name": label}.items()))] == 1
+    assert value(v, "ragmon_label_values_replaced_total", label="name") == 1
+
+
+@pytest.mark.parametrize("digits", [309, 4000])
+def test_a_grade_past_the_count_bound_is_refused_whole_and_takes_no_slot(
+    sidecar: tuple[Sidecar, FakeClock, LoopThread], digits: int,
+) -> None:
+    """A grade of 309 to 4,300 digits gave a 500 (``OverflowError``), uncounted, and used up the
+    trace's one relevance slot; 10^308 on three documents made the NDCG sum NaN for good. Now a
+    grade passes ``ragmon.numbers`` first: 400, counted, and a valid retry is scored."""
+    car, clock, _ = sidecar
+    (a,) = send(car, [["d1", "d2", "d3"]])
+    scored(car, clock, 1, 1)
+    huge = "9" * digits
+    body = ('{"trace_id": "%s", "relevance": {"d1": %s}}' % (a, huge)).encode()
+    status, answer = feedback(car, body)
+    assert status == 400 and answer["error"].startswith("relevance: grade of 'd1' must be a whole number from 0 to")
+    body = ('{"trace_id": "%s", "relevance": {"d1": 1e308, "d2": 1e308, "d3": 1e308}}' % a).encode()
+    assert feedback(car, body)[0] == 400
+    assert feedback(car, {"trace_id": a, "relevance": {"d1": 10**12, "d2": 10**12, "d3": 10**12}})[0] == 202
+    v = samples(scrape(car.ports.metrics))
+    assert value(v, "ragmon_feedback_total", outcome="invalid") == 2
+    assert value(v, "ragmon_feedback_total", outcome="accepted") == 1
+    assert value(v, "ragmon_retrieval_ndcg_sum", **SV, source="feedback", k="3") == 1.0
 
 
 @pytest.mark.parametrize(("body", "field"), [

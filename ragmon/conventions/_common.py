@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Any, NamedTuple
 
-from ragmon.config import ScoringConfig, check_document_id_place
+from ragmon.config import ScoringConfig, TracesConfig, check_document_id_place
 from ragmon.model import AttrValue, RetrievedDocument
+from ragmon.numbers import as_finite
 
 __all__ = ["ConventionOptions", "Usage"]
 
@@ -43,6 +44,7 @@ _ANSWER_KEYS = ("output", "answer", "result", "response", "output_text", "text",
 
 
 _SCORING = ScoringConfig()
+_TRACES = TracesConfig()
 """Where ``ConventionOptions``' defaults come from."""
 
 
@@ -65,11 +67,15 @@ class ConventionOptions:
 
     ``keep_content``: keep the documents' text in the record (the judge needs it); ids taken
     from a content hash are computed either way.
+
+    ``max_duration``: seconds; a stage span lasting longer (or ending before it starts) is left
+    out of the stage's time (``RagRecord.invalid_durations``).
     """
 
     document_id: tuple[str, ...] = _SCORING.document_id
     variant_attribute: str = _SCORING.variant_attribute
     keep_content: bool = True
+    max_duration: float = _TRACES.max_duration
 
     def __post_init__(self) -> None:
         if not self.document_id:
@@ -83,10 +89,11 @@ class ConventionOptions:
             raise ValueError("variant_attribute: must be a non-empty attribute name")
 
     @classmethod
-    def from_config(cls, scoring: ScoringConfig) -> ConventionOptions:
-        """Options from the ``[scoring]`` section."""
+    def from_config(cls, scoring: ScoringConfig, traces: TracesConfig = _TRACES) -> ConventionOptions:
+        """Options from the ``[scoring]`` section (and ``traces.max_duration``)."""
         return cls(
-            document_id=tuple(scoring.document_id), variant_attribute=scoring.variant_attribute
+            document_id=tuple(scoring.document_id), variant_attribute=scoring.variant_attribute,
+            max_duration=traces.max_duration,
         )
 
 
@@ -99,46 +106,7 @@ class Usage(NamedTuple):
     cached_input_tokens: int = 0
 
 
-# -- values -----------------------------------------------------------------------------------
-
-
-MAX_COUNT = 10**12
-"""The largest count read (tokens, grades): no call reports more, and a larger one (``1e308``,
-an ``INT64_MAX`` placeholder) would leave a counter infinite or useless for good."""
-_MAX_COUNT_DIGITS = len(str(MAX_COUNT))
-
-
-def as_int(value: object) -> int | None:
-    """A token count: an int in [0, ``MAX_COUNT``] (from int, integral float or ASCII digit
-    string), else None."""
-    if type(value) is int:  # the common case first
-        return value if 0 <= value <= MAX_COUNT else None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if 0 <= value <= MAX_COUNT else None
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) and 0 <= value <= MAX_COUNT and value.is_integer() else None
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= _MAX_COUNT_DIGITS:
-        number = int(value)  # isascii: "²" is a digit to isdigit, not to int()
-        return number if number <= MAX_COUNT else None
-    return None
-
-
-def as_float(value: object) -> float | None:
-    """A finite float (from int, float or numeric string), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
-        return None
-    return number if math.isfinite(number) else None
+# -- values (numbers pass ragmon.numbers, the one check) ------------------------------------------
 
 
 def as_str(value: object) -> str | None:
@@ -330,7 +298,7 @@ def resolve_documents(
         if type(score) is float:
             score = score if isfinite(score) else None
         else:
-            score = as_float(score)
+            score = as_finite(score)
         out.append(RetrievedDocument(doc_id, score, text if keep_content else None))
     return tuple(out)
 
@@ -490,7 +458,7 @@ def _resolve_probed(
         if type(score) is float:
             score = score if isfinite(score) else None
         else:
-            score = as_float(score)
+            score = as_finite(score)
         out.append(RetrievedDocument(doc_id, score, text if keep_content else None))
         rank += 1
     else:

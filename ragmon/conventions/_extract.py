@@ -25,13 +25,13 @@ from ragmon.conventions._common import (
     ConventionOptions,
     Usage,
     answer_text,
-    as_int,
     as_str,
     loads,
     query_text,
     resolve_documents,
     resolve_flattened,
 )
+from ragmon.numbers import as_count, span_seconds
 from ragmon.model import (
     Attributes,
     Evaluation,
@@ -390,7 +390,7 @@ def _grade(value: object) -> int | None:
         return int(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    return as_int(value)
+    return as_count(value)
 
 
 def _relevance(chosen: _Node | None, retrievers: list[_Node], top: Span) -> dict[str, int] | None:
@@ -507,6 +507,7 @@ def read_trace(trace: Trace, options: ConventionOptions) -> RagRecord | ModelCal
     calls: list[_Node] = []
     generation: list[_Node] = []
     stage_seconds: dict[Stage, float] = {}
+    invalid: list[str] = []
     for node in walk.nodes:
         kind = node.kind
         if kind == _RETRIEVER:
@@ -522,8 +523,11 @@ def read_trace(trace: Trace, options: ConventionOptions) -> RagRecord | ModelCal
         stage = node.stage
         if stage and not node.above & stage:
             name = _STAGE_NAMES[stage]
-            seconds = max(0, node.span.end_ns - node.span.start_ns) / 1e9
-            stage_seconds[name] = stage_seconds.get(name, 0.0) + seconds
+            seconds = span_seconds(node.span.start_ns, node.span.end_ns, options.max_duration)
+            if seconds is None:
+                invalid.append(name)
+            else:
+                stage_seconds[name] = stage_seconds.get(name, 0.0) + seconds
     root = trace.root
     top = root if root is not None else walk.first
     service = top.service or next((s.service for s in spans if s.service), "")
@@ -600,6 +604,7 @@ def read_trace(trace: Trace, options: ConventionOptions) -> RagRecord | ModelCal
         reference_answer=as_str(top.attributes.get(REFERENCE_ANSWER)),
         llm_calls=tuple([_llm_call(n) for n in calls if _counted(n)]),
         stage_seconds=stage_seconds,
+        invalid_durations=tuple(invalid),
         evaluations=tuple(evaluations),
         has_retrieval=chosen is not None
         or any(genai.RETRIEVAL_DOCUMENTS in n.span.attributes for n in retrievers)

@@ -22,12 +22,11 @@ from typing import Any
 from ragmon.conventions._common import (
     RawDocument,
     Usage,
-    as_float,
-    as_int,
     as_str,
     json_documents,
     loads,
 )
+from ragmon.numbers import as_count, as_finite
 from ragmon.model import Attributes, Evaluation, Span
 
 __all__ = ["EVENTS", "KEYS", "PREFIXES"]
@@ -84,15 +83,15 @@ RERANK_OPERATIONS = frozenset({"rerank"})
 
 def usage(attributes: Attributes) -> Usage | None:
     """``gen_ai.usage.*`` (and the deprecated prompt/completion names); None when absent."""
-    inp = as_int(attributes.get(INPUT_TOKENS))
+    inp = as_count(attributes.get(INPUT_TOKENS))
     if inp is None:
-        inp = as_int(attributes.get(PROMPT_TOKENS))
-    out = as_int(attributes.get(OUTPUT_TOKENS))
+        inp = as_count(attributes.get(PROMPT_TOKENS))
+    out = as_count(attributes.get(OUTPUT_TOKENS))
     if out is None:
-        out = as_int(attributes.get(COMPLETION_TOKENS))
+        out = as_count(attributes.get(COMPLETION_TOKENS))
     if inp is None and out is None:
         return None
-    return Usage(inp or 0, out or 0, as_int(attributes.get(CACHE_READ_TOKENS)) or 0)
+    return Usage(inp or 0, out or 0, as_count(attributes.get(CACHE_READ_TOKENS)) or 0)
 
 
 def has_documents(attributes: Attributes) -> bool:
@@ -174,7 +173,7 @@ def evaluations(span: Span) -> list[Evaluation]:
         out.append(
             Evaluation(
                 name,
-                as_float(event.attributes.get(EVALUATION_SCORE)),
+                as_finite(event.attributes.get(EVALUATION_SCORE)),
                 as_str(event.attributes.get(EVALUATION_LABEL)),
             )
         )

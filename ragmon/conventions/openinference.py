@@ -19,12 +19,11 @@ from typing import Any
 from ragmon.conventions._common import (
     RawDocument,
     Usage,
-    as_float,
-    as_int,
     as_str,
     flattened_documents,
     loads,
 )
+from ragmon.numbers import MAX_COST_USD, as_count, as_finite
 from ragmon.model import Attributes, AttrValue, Span
 
 __all__ = ["KEYS", "KIND", "PREFIXES"]
@@ -141,19 +140,14 @@ def output_document_ids(span: Span) -> Callable[[], list[str | None]]:
 
 def usage(attributes: Attributes) -> Usage | None:
     """``llm.token_count.*``; None when the span carries no count. Only a total counts as input."""
-    prompt = as_int(attributes.get(TOKENS_PROMPT))
-    completion = as_int(attributes.get(TOKENS_COMPLETION))
+    prompt = as_count(attributes.get(TOKENS_PROMPT))
+    completion = as_count(attributes.get(TOKENS_COMPLETION))
     if prompt is None and completion is None:
-        total = as_int(attributes.get(TOKENS_TOTAL))
+        total = as_count(attributes.get(TOKENS_TOTAL))
         if total is None:
             return None
         prompt = total
-    return Usage(prompt or 0, completion or 0, as_int(attributes.get(TOKENS_CACHE_READ)) or 0)
-
-
-MAX_COST_USD = 1e6
-"""The largest cost of one call read: a larger one (``1e308``) would leave the cost counter
-infinite for good."""
+    return Usage(prompt or 0, completion or 0, as_count(attributes.get(TOKENS_CACHE_READ)) or 0)
 
 
 def cost(attributes: Attributes) -> float | None:
@@ -161,10 +155,10 @@ def cost(attributes: Attributes) -> float | None:
     raw_total = attributes.get(COST_TOTAL)
     if raw_total is None and COST_PROMPT not in attributes and COST_COMPLETION not in attributes:
         return None  # the common case: no cost recorded
-    total = as_float(raw_total)
+    total = as_finite(raw_total)
     if total is not None:
         return total if 0 <= total <= MAX_COST_USD else None
-    parts = [as_float(attributes.get(COST_PROMPT)), as_float(attributes.get(COST_COMPLETION))]
+    parts = [as_finite(attributes.get(COST_PROMPT)), as_finite(attributes.get(COST_COMPLETION))]
     if parts[0] is None and parts[1] is None:
         return None
     value = sum(p for p in parts if p is not None)

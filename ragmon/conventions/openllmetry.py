@@ -21,12 +21,12 @@ from typing import Any
 from ragmon.conventions._common import (
     RawDocument,
     Usage,
-    as_int,
     as_str,
     loads,
     pick_answer,
     pick_query,
 )
+from ragmon.numbers import as_count
 from ragmon.model import Attributes, Span
 
 __all__ = ["EVENTS", "KEYS", "PREFIXES"]
@@ -51,7 +51,7 @@ RERANK_TYPES = frozenset({"rerank"})
 
 def usage(attributes: Attributes) -> Usage | None:
     """``llm.usage.total_tokens`` alone (when no input/output counts were found), as input."""
-    total = as_int(attributes.get(TOTAL_TOKENS))
+    total = as_count(attributes.get(TOTAL_TOKENS))
     return Usage(total, 0, 0) if total is not None else None
 
 

@@ -30,7 +30,7 @@ import math
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from mypy_extensions import mypyc_attr
 from prometheus_client import CollectorRegistry, Gauge
@@ -41,7 +41,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from ragmon import __version__
-from ragmon.config import MetricsConfig
+from ragmon.config import MetricsConfig, TracesConfig
 from ragmon import catalogue as cat
 from ragmon.compiled import pipeline
 from ragmon.catalogue import LATENCY_BUCKETS, SCORE_BUCKETS, Family
@@ -61,11 +61,10 @@ from ragmon.metrics.windows import (
     WindowSnapshot,
     WindowStore,
 )
-from ragmon.model import RagRecord
+from ragmon.model import STAGES, RagRecord
+from ragmon.numbers import span_seconds
 from ragmon.otlp.decode import DECODER
 
-if TYPE_CHECKING:
-    pass
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
 
 __all__ = [
@@ -327,6 +326,7 @@ class RagMetrics:
         max_series: int | object = MetricsConfig().max_series,  # any value: checked below
         max_label_chars: int = DEFAULT_MAX_CHARS,
         wall: Callable[[], float] = time.time,
+        max_duration: float = TracesConfig().max_duration,
     ) -> None:
         if isinstance(max_series, bool) or not isinstance(max_series, int) or max_series < 1:
             raise ValueError(f"max_series must be an integer >= 1, got {max_series!r}")
@@ -335,6 +335,10 @@ class RagMetrics:
         self.max_series = max_series
         self.limit = LabelLimiter(max_label_values, max_label_chars)
         self._wall = wall
+        self.max_duration = max_duration
+        """Seconds: a request lasting longer (or ending before it starts) records no latency."""
+        self.invalid_durations: dict[str, int] = {}
+        """Spans whose duration was out of range, by stage (``ragmon_durations_invalid_total``)."""
         self.on_judged: Callable[[RagRecord, str, str, Mapping[str, float]], None] | None = None
         """Called with each judgement ``observe_judged`` folds in (the status page's worst requests)."""
         self._services: dict[tuple[str, str], _ServiceSeries] = {}
@@ -425,6 +429,9 @@ class RagMetrics:
         truncated = cat.LABEL_VALUES_TRUNCATED.empty()
         for label in sorted({*LIMITED_LABELS, *limit.truncated}):
             truncated.add_metric([label], limit.truncated[label])
+        replaced = cat.LABEL_VALUES_REPLACED.empty()
+        for label in sorted({*LIMITED_LABELS, *limit.replaced}):
+            replaced.add_metric([label], limit.replaced[label])
         budget = cat.SERIES_FOLDED.empty()
         for metric, n in sorted(self.series_folded().items()):
             budget.add_metric([metric], n)
@@ -435,7 +442,10 @@ class RagMetrics:
             discards = [store.discards() for store in stores]
             for reason in ("folded", "dropped", "invalid", "late"):
                 dropped.add_metric([name, reason], sum(d[reason] for d in discards))
-        return [folded, truncated, budget, series, dropped]
+        durations = cat.DURATIONS_INVALID.empty()
+        for stage in ("total", *STAGES):
+            durations.add_metric([stage], self.invalid_durations.get(stage, 0))
+        return [folded, truncated, replaced, budget, series, dropped, durations]
 
     def observe(self, record: RagRecord, scores: RecordScores, now: float) -> None:
         """Count one scored request and buffer its values (see ``flush``)."""
@@ -454,11 +464,17 @@ class RagMetrics:
         if not stream.values:
             means.append(stream)
         stream.values.append(1.0 if record.error else 0.0)
-        stream = sv.total
-        if not stream.values:
-            latency.append(stream)
-        stream.values.append(record.duration_seconds)
-        stream.trace_ids.append(trace_id)
+        total = span_seconds(record.start_ns, record.end_ns, self.max_duration)
+        if total is None:
+            self._invalid_duration("total")
+        else:
+            stream = sv.total
+            if not stream.values:
+                latency.append(stream)
+            stream.values.append(total)
+            stream.trace_ids.append(trace_id)
+        for stage in record.invalid_durations:
+            self._invalid_duration(stage)
         for stage, seconds in record.stage_seconds.items():
             stream = sv.stages.get(stage) or self._stage_stream(sv, stage)
             if not stream.values:
@@ -478,6 +494,9 @@ class RagMetrics:
             sv.unlabelled.inc()
         for score in scores.retrieval:
             self._observe_retrieval(service, variant, score, trace_id)
+
+    def _invalid_duration(self, stage: str) -> None:
+        self.invalid_durations[stage] = self.invalid_durations.get(stage, 0) + 1
 
     def observe_calls(self, service: str, calls: Iterable[PricedCall]) -> None:
         """Count the model calls of a trace that is not a RAG request (``ModelCalls``) in the

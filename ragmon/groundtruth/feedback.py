@@ -4,8 +4,12 @@
 ``FeedbackError`` naming the field. ``FeedbackStore`` keeps, per scored RAG trace, what feedback
 needs to score it later (the final ranking cut to the largest k, service, variant, when it was
 kept): at most ``max_traces`` entries and ``MAX_BYTES`` bytes (the oldest evicted first, counted) for at most
-``retention`` seconds (older ones dropped, counted). Relevance feedback is taken once per trace
-(the first wins; later ones are counted ``duplicate``); named scores are taken every time.
+``retention`` seconds (older ones dropped, counted). Relevance feedback is taken once per trace,
+and a named score once per trace and name (the first wins; later ones are counted
+``duplicate``), for at most ``MAX_SCORE_NAMES`` names per trace (more are counted ``limited``):
+one trace cannot weigh more than one user's verdict in a mean, however often it is posted.
+Numbers pass ``ragmon.numbers`` (grades whole and at most 10^12, scores in [0, 1]) before any
+maths: a body that could not be scored is refused whole, and takes no slot.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ from typing import Any, Final, Literal, NamedTuple, Protocol, TypeAlias
 from prometheus_client.metrics_core import Metric
 
 from ragmon import catalogue as cat
+from ragmon.numbers import MAX_COUNT, as_grade, as_unit
 from ragmon.scoring.records import RetrievalScore, score_retrieval
 
 __all__ = [
     "ENTRY_OVERHEAD_BYTES",
     "MAX_IDS",
+    "MAX_SCORE_NAMES",
     "OUTCOMES",
     "Feedback",
     "FeedbackError",
@@ -38,9 +44,9 @@ __all__ = [
     "parse_feedback",
 ]
 
-OUTCOMES = ("accepted", "invalid", "unknown_trace", "expired", "duplicate")
+OUTCOMES = ("accepted", "invalid", "unknown_trace", "expired", "duplicate", "limited")
 """``ragmon_feedback_total{outcome}``."""
-ENTRY_OVERHEAD_BYTES = 192
+ENTRY_OVERHEAD_BYTES = 200
 """Bytes counted per kept trace besides its ids and strings: the entry object, its trace id, time
 and size, and its share of the store's tables (measured with tracemalloc, with room for the
 tables' growth: tests/test_feedback_store.py holds the count above what is held)."""
@@ -49,6 +55,8 @@ MAX_BYTES = 256 * 1024 * 1024
 MAX_NAME_CHARS = 64
 MAX_IDS = 10_000
 """Documents one relevance feedback may name (bounds the work of checking and scoring it)."""
+MAX_SCORE_NAMES = 8
+"""Names a trace may take a score of (thumbs, rating, …); a body naming another is 409 ``limited``."""
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -93,9 +101,10 @@ def _grades(value: Any) -> dict[str, int]:
     if len(value) > MAX_IDS:
         raise FeedbackError(f"relevance: at most {MAX_IDS} ids")
     grades: dict[str, int] = {}
-    for key, grade in value.items():
-        if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
-            raise FeedbackError(f"relevance: grade of {key!r} must be an integer >= 0")
+    for key, raw in value.items():
+        grade = None if isinstance(raw, str) else as_grade(raw)
+        if grade is None:
+            raise FeedbackError(f"relevance: grade of {key!r} must be a whole number from 0 to {MAX_COUNT:,}")
         grades[key] = grade
     return grades
 
@@ -113,9 +122,10 @@ def parse_feedback(body: Any) -> RelevanceFeedback | ScoreFeedback:
         name, score = body.get("name"), body.get("score")
         if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
             raise FeedbackError(f"name: expected a non-empty string of at most {MAX_NAME_CHARS} characters")
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+        unit = as_unit(score)
+        if unit is None:
             raise FeedbackError("score: expected a number in [0, 1]")
-        return ScoreFeedback(trace_id, name, float(score))
+        return ScoreFeedback(trace_id, name, float(unit))
     grades = {doc: 1 for doc in _ids(body["relevant_document_ids"])} if "relevant_document_ids" in body else {}
     if "relevance" in body:
         grades.update(_grades(body["relevance"]))
@@ -138,6 +148,8 @@ class Kept(NamedTuple):
     kept_at: float
     size: int
     relevance_taken: bool = False
+    scored: tuple[str, ...] = ()
+    """Names the trace has taken a score of (at most ``MAX_SCORE_NAMES``)."""
 
     @property
     def ranking(self) -> tuple[str, ...]:
@@ -148,7 +160,7 @@ class Kept(NamedTuple):
         return tuple(ids.split(_JOIN)) if ids else ()
 
 
-_Entry: TypeAlias = tuple[str | tuple[str, ...], str, str, float, int, bool]
+_Entry: TypeAlias = tuple[str | tuple[str, ...], str, str, float, int, bool, tuple[str, ...]]
 _KEPT_AT: Final = 3  # Kept's fields in an _Entry
 _SIZE: Final = 4
 
@@ -164,6 +176,11 @@ def held_ids(ranking: Sequence[str]) -> str | tuple[str, ...]:
 def _text_bytes(text: str) -> int:
     """Bytes of a ``str`` object holding ``text`` (at least ``sys.getsizeof``, allocator rounding added)."""
     return sys.getsizeof(text) + 16
+
+
+def names_size(names: tuple[str, ...]) -> int:
+    """Bytes of a tuple of score names and its strings (0 for the empty tuple: shared)."""
+    return sys.getsizeof(names) + 16 + sum(_text_bytes(n) for n in names) if names else 0
 
 
 def entry_size(ids: str | tuple[str, ...], service: str, variant: str) -> int:
@@ -209,14 +226,24 @@ class FeedbackStore:
             self.bytes -= old[_SIZE]
         ids = held_ids(ranking[: self.keep_ids])
         size = entry_size(ids, service, variant)
-        self._kept[trace_id] = (ids, service, variant, now, size, False)
+        self._kept[trace_id] = (ids, service, variant, now, size, False, ())
         self.bytes += size
         while len(self._kept) > self.max_traces or self.bytes > self.max_bytes:
             self._drop("evicted")
 
     def take_relevance(self, trace_id: bytes, entry: Kept) -> None:
         """Mark ``entry`` (``find``'s for ``trace_id``) as having had its relevance feedback."""
-        self._kept[trace_id] = (entry.ids, entry.service, entry.variant, entry.kept_at, entry.size, True)
+        self._kept[trace_id] = (entry.ids, entry.service, entry.variant, entry.kept_at, entry.size, True, entry.scored)
+
+    def take_score(self, trace_id: bytes, entry: Kept, name: str) -> None:
+        """Mark ``entry`` (``find``'s for ``trace_id``) as having had a score named ``name``; the
+        name's bytes count from now on."""
+        scored = (*entry.scored, name)
+        size = entry.size + names_size(scored) - names_size(entry.scored)
+        self.bytes += size - entry.size
+        self._kept[trace_id] = (entry.ids, entry.service, entry.variant, entry.kept_at, size, entry.relevance_taken, scored)
+        while self.bytes > self.max_bytes:
+            self._drop("evicted")
 
     def expire(self, now: float) -> None:
         """Drop the entries older than ``retention`` (counted ``expired``)."""
@@ -286,8 +313,8 @@ class Feedback:
 
     def join(self, parsed: RelevanceFeedback | ScoreFeedback | FeedbackError) -> tuple[int, dict[str, str]]:
         """HTTP status and JSON answer for one decoded body, at ``clock()``: 202 accepted, 400
-        invalid (the field named), 404 unknown or expired trace, 409 relevance given before
-        for the trace."""
+        invalid (the field named), 404 unknown or expired trace, 409 relevance (or a score of
+        the same name) given before for the trace, or scores of ``MAX_SCORE_NAMES`` names."""
         now = self.clock()
         if isinstance(parsed, FeedbackError):
             self.store.count("invalid")
@@ -303,12 +330,19 @@ class Feedback:
             if found.relevance_taken:
                 self.store.count("duplicate")
                 return 409, {"error": "trace_id: relevance feedback was already taken for this trace (the first wins)"}
+            retrieval = score_retrieval(found.ranking, parsed.grades, "feedback", self.ks)  # before the slot is taken
             self.store.take_relevance(parsed.trace_id, found)
-            retrieval = score_retrieval(found.ranking, parsed.grades, "feedback", self.ks)
             if retrieval is None:  # nothing relevant: every metric is 0 and recall undefined; as for labels
                 self.store.count("accepted")
                 return 202, {"status": "accepted", "note": "no document graded relevant: not scored"}
         else:
+            if parsed.name in found.scored:
+                self.store.count("duplicate")
+                return 409, {"error": "name: a score of this name was already taken for this trace (the first wins)"}
+            if len(found.scored) >= MAX_SCORE_NAMES:
+                self.store.count("limited")
+                return 409, {"error": f"name: this trace already has scores of {MAX_SCORE_NAMES} names"}
+            self.store.take_score(parsed.trace_id, found, parsed.name)
             scores[parsed.name] = parsed.score
         self.sink.observe_feedback(found.service, found.variant, parsed.trace_id.hex(), retrieval, scores, now)
         self.store.count("accepted")

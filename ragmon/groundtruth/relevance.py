@@ -15,6 +15,7 @@ from typing import Any
 from ragmon.errors import InputError
 from ragmon.groundtruth.jsonl import iter_jsonl, read_bytes_lines
 from ragmon.groundtruth.text import normalize_query
+from ragmon.numbers import MAX_COUNT, as_grade
 
 __all__ = ["GoldenQuery", "Qrels", "parse_labels", "read_golden_queries", "read_qrels", "as_id", "id_list", "optional_str"]
 
@@ -79,11 +80,10 @@ def parse_labels(obj: Mapping[str, Any]) -> dict[str, int] | None:
         if not isinstance(relevance, dict):
             raise ValueError(f'"relevance" must be an object id -> grade, got {type(relevance).__name__}')
         grades: dict[str, int] = {}
-        for doc, grade in relevance.items():
-            if isinstance(grade, float) and grade.is_integer():
-                grade = int(grade)
-            if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
-                raise ValueError(f'grade of "{doc}" in "relevance" must be an integer >= 0, got {grade!r}')
+        for doc, raw in relevance.items():
+            grade = None if isinstance(raw, str) else as_grade(raw)
+            if grade is None:
+                raise ValueError(f'grade of "{doc}" in "relevance" must be a whole number from 0 to {MAX_COUNT:,}, got {raw!r:.40}')
             grades[doc] = grade
         return grades
     return None
@@ -96,12 +96,10 @@ def _read_trec_qrels(path: str, lines: Iterable[tuple[int, bytes]], qrels: Qrels
             continue
         if len(fields) != 4:
             raise InputError(path, f"expected 4 columns (query-id iteration doc-id grade), got {len(fields)}", line)
-        try:
-            grade = int(fields[3])
-        except ValueError:
-            raise InputError(path, f"grade must be an integer, got {fields[3].decode(errors='replace')!r}", line) from None
-        if grade < 0:
-            raise InputError(path, f"grade must be >= 0, got {grade}", line)
+        written = fields[3].decode(errors="replace")
+        grade = as_grade(written)
+        if grade is None:
+            raise InputError(path, f"grade must be a whole number from 0 to {MAX_COUNT:,}, got {written!r:.40}", line)
         try:
             qid, doc = fields[0].decode(), fields[2].decode()
         except UnicodeDecodeError:

@@ -15,10 +15,10 @@ implementation, held equal to them by the tests.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from ragmon.numbers import MAX_COUNT
 from ragmon.metrics.kernels import (
     dcg_of,
     dcg_prefix,
@@ -67,15 +67,16 @@ __all__ = [
 def as_grades(relevance: Relevance) -> dict[Any, float]:
     """Return relevance as ``id -> grade``; a plain collection gives grade 1 to each id.
 
-    Raises ``ValueError`` on a negative or non-finite grade.
+    Raises ``ValueError`` on a grade that is not a number from 0 to ``MAX_COUNT`` (10^12: a
+    ranking's DCG over such grades stays finite and exact).
     """
     if isinstance(relevance, Mapping):
         grades = dict(relevance)
         for doc, grade in grades.items():
             if isinstance(grade, bool) or not isinstance(grade, (int, float)):
-                raise ValueError(f"grade of {doc!r} is not a number: {grade!r}")
-            if not math.isfinite(grade) or grade < 0:
-                raise ValueError(f"grade of {doc!r} must be a finite number >= 0, got {grade!r}")
+                raise ValueError(f"grade of {doc!r} is not a number: {grade!r:.40}")
+            if not 0 <= grade <= MAX_COUNT:  # False for NaN; an int of any size compares
+                raise ValueError(f"grade of {doc!r} must be a number from 0 to {MAX_COUNT:,}, got {grade!r:.40}")
         return grades
     if isinstance(relevance, (str, bytes)):
         raise ValueError("relevance must be a collection of ids or a mapping id -> grade, not a string")
