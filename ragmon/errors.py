@@ -67,6 +67,14 @@ class DecodeError(RagmonError):
     """The body is not a valid OTLP trace export."""
 
 
+class DecodedTooLargeError(DecodeError):
+    """The spans a body decodes to take more than one decode may hold (``max_bytes``)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(f"the spans of this body take more than {max_bytes} bytes once decoded; send smaller batches")
+        self.max_bytes = max_bytes
+
+
 class BodyTooLargeError(RagmonError):
     """The decompressed body is larger than the limit."""
 

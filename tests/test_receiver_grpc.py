@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import queue
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -20,14 +22,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_helpers import to_protobuf
-from net_helpers import closed_by_peer, has_traceback, problem_lines
+from net_helpers import closed_by_peer, has_traceback, problem_lines, wait_until
 from server_helpers import LoopThread
 from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 
 from ragmon.errors import DecodeError
 from ragmon.model import Offer
 from ragmon.otlp.decode import decode_protobuf
-from ragmon.receivers.listeners import ListenerLimits
+from ragmon.receivers.listeners import ByteBudget, ListenerLimits
 from ragmon.receivers import otlp_grpc
 from ragmon.receivers.ingest import IngestGate, IngestStats
 from ragmon.receivers.ingest import ReceiverSettings
@@ -46,9 +48,11 @@ def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20, limits: L
            gate: IngestGate | None = None) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
     settings = ReceiverSettings(SELECTION, max_body, token)
-    server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats, limits=limits, gate=gate))
+    budget = ByteBudget((limits or ListenerLimits()).max_inflight_bytes)
+    gate = gate or IngestGate()
+    server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats, limits=limits, gate=gate, budget=budget))
     try:
-        yield Receiver(f"127.0.0.1:{port}", sink, stats, server)
+        yield Receiver(f"127.0.0.1:{port}", sink, stats, SimpleNamespace(grpc=server, budget=budget, gate=gate))
     finally:
         loop.run(server.stop(None))
 
@@ -186,7 +190,8 @@ def test_server_options_carry_the_limits() -> None:
     assert otlp_grpc.concurrent_rpcs(settings, limits) == 200
     odd = ListenerLimits(max_inflight_bytes=(200 << 20) + 12345)  # whole messages only
     assert otlp_grpc.concurrent_rpcs(settings, odd) == 200 and isinstance(otlp_grpc.concurrent_rpcs(settings, odd), int)
-    assert otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 16 << 20), ListenerLimits()) == otlp_grpc.MIN_CONCURRENT_RPCS
+    assert otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 16 << 20), ListenerLimits()) == 4  # 64 MiB / 16 MiB
+    assert otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 16 << 20), ListenerLimits(max_inflight_bytes=1)) == 1
 
 
 def test_with_every_turn_taken_an_export_gets_unavailable_with_retry_info(loop: LoopThread) -> None:
@@ -230,30 +235,79 @@ def test_an_ipv6_host_is_served(loop: LoopThread) -> None:
         loop.run(server.stop(None))
 
 
-def test_exports_past_the_concurrency_cap_get_unavailable_with_retry_info_and_are_counted(loop: LoopThread) -> None:
-    """With every ingest turn taken, ``concurrent_rpcs`` exports wait; one more is refused at
-    once with UNAVAILABLE + ``RetryInfo`` (an exporter retries it; RESOURCE_EXHAUSTED without
-    ``RetryInfo`` it would drop) and counted; the waiting ones are all scored afterwards."""
-    gate = IngestGate(slots=1, wait=10.0)
-    for receiver in _start(loop, gate=gate):
-        cap = otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 1 << 20), ListenerLimits())
-        assert loop.run(gate.enter())
+class _Held:
+    """Client-streaming calls that declare an export and send no message until released."""
+
+    def __init__(self, channel: grpc.Channel, n: int) -> None:
+        self._release = threading.Event()
+        export = channel.stream_unary(METHOD)
+        self.calls = [export.future(self._never(), timeout=30) for _ in range(n)]
+
+    def _never(self) -> Iterator[bytes]:
+        self._release.wait(30)
+        return
+        yield b""
+
+    def release(self) -> None:
+        self._release.set()
+
+
+def test_exports_past_the_byte_budget_get_unavailable_with_retry_info_and_are_counted(loop: LoopThread) -> None:
+    """Each export whose message has not arrived holds ``max_body_bytes`` of the in-flight
+    budget: ``concurrent_rpcs`` of them fill it, and one more is refused at once with
+    UNAVAILABLE + ``RetryInfo`` (an exporter retries it; RESOURCE_EXHAUSTED without
+    ``RetryInfo`` it would drop), counted. A message that arrives holds only its own bytes."""
+    limits = ListenerLimits(max_inflight_bytes=3 << 20)
+    for receiver in _start(loop, limits=limits, gate=IngestGate(slots=1, wait=10.0)):
+        cap = otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 1 << 20), limits)
+        assert cap == 3
+        with grpc.insecure_channel(receiver.url) as channel:
+            held = _Held(channel, cap)
+            wait_until(lambda: receiver.server.budget.used == 3 << 20)
+            with pytest.raises(grpc.RpcError) as info:
+                _call(receiver.url, to_protobuf(SPANS))
+            _assert_unavailable_with_retry_info(info.value, "ragmon is reading too many exports; retry later")
+            assert receiver.stats.requests_rejected[("grpc", "inflight_bytes")] == 1
+            held.release()
+            codes = Counter(call.exception().code() for call in held.calls)  # type: ignore[union-attr]
+        assert codes == {grpc.StatusCode.INVALID_ARGUMENT: cap}  # no message: each gave its bytes back
+        wait_until(lambda: receiver.server.budget.used == 0)
         body = to_protobuf(SPANS)
+        gate = receiver.server.gate
+        assert loop.run(gate.enter())  # arrived messages wait for their turn, holding their own bytes only
         with grpc.insecure_channel(receiver.url) as channel:
             export = channel.unary_unary(METHOD)
-            first: queue.SimpleQueue[grpc.Future] = queue.SimpleQueue()
-            calls = [export.future(body, timeout=20) for _ in range(cap + 1)]
-            for call in calls:
-                call.add_done_callback(first.put)
-            refused = first.get(timeout=10)
-            _assert_unavailable_with_retry_info(refused.exception(), "ragmon is reading too many exports; retry later")
-            assert receiver.stats.requests_rejected[("grpc", "inflight_bytes")] == 1
+            calls = [export.future(body, timeout=20) for _ in range(2 * cap)]
+            wait_until(lambda: receiver.server.budget.used == 2 * cap * len(body))
             loop.loop.call_soon_threadsafe(gate.leave)
-            codes = Counter(call.code() for call in calls)
-        assert codes == {grpc.StatusCode.OK: cap, grpc.StatusCode.UNAVAILABLE: 1}
-        assert len(receiver.sink.spans) == 2 * cap
-        _call(receiver.url, body)  # every slot given back: the next export is read at once
-        assert len(receiver.sink.spans) == 2 * cap + 2
+            assert all(call.result() is not None for call in calls)
+        wait_until(lambda: receiver.server.budget.used == 0)
+        assert len(receiver.sink.spans) == 2 * 2 * cap
+
+
+def test_streams_that_declare_an_export_and_send_nothing_cannot_hold_ingest(loop: LoopThread) -> None:
+    """Issue 23: 64 header-only gRPC streams made every real export UNAVAILABLE for 27-63 s.
+    Past ``SLOW_SENDER_SECONDS`` a stream's reservation is cut as soon as another export needs
+    the bytes: the real SDK exporter (it retries UNAVAILABLE) delivers within a few seconds, the
+    cut streams get DEADLINE_EXCEEDED, counted ``slow``, and the budget is whole again."""
+    limits = ListenerLimits(max_inflight_bytes=4 << 20, body_timeout=30.0)
+    for receiver in _start(loop, limits=limits):
+        with grpc.insecure_channel(receiver.url) as channel:
+            held = _Held(channel, 64)
+            wait_until(lambda: receiver.stats.requests_rejected[("grpc", "inflight_bytes")] == 60)
+            began = time.monotonic()
+            exporter = OTLPSpanExporter(endpoint=receiver.url, insecure=True, timeout=20)
+            assert exporter.export(SPANS) == SpanExportResult.SUCCESS
+            took = time.monotonic() - began
+            assert took < 6.0, took
+            assert len(receiver.sink.spans) == 2
+            slow = receiver.stats.requests_rejected[("grpc", "slow")]
+            assert slow >= 1
+            held.release()
+            codes = Counter(call.exception().code() for call in held.calls)  # type: ignore[union-attr]
+        assert codes[grpc.StatusCode.DEADLINE_EXCEEDED] == slow  # each cut stream was told, and counted
+        assert codes[grpc.StatusCode.UNAVAILABLE] == 60
+        wait_until(lambda: receiver.server.budget.used == 0)
 
 
 def test_a_message_slower_than_body_timeout_gets_deadline_exceeded_and_is_counted(loop: LoopThread) -> None:

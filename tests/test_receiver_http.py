@@ -322,8 +322,8 @@ def test_in_flight_bytes_past_the_limit_get_503_with_retry_after(loop: LoopThrea
     payload = to_protobuf(SPANS)
     for receiver in _start(loop, limits=ListenerLimits(max_inflight_bytes=1000)):
         with socket.create_connection(("127.0.0.1", _port(receiver))) as slow:
-            slow.sendall(_head(900) + b"\x0a")  # 900 bytes reserved, 1 sent
-            time.sleep(0.2)
+            slow.sendall(_head(950) + b"\x0a" * 900)  # 900 of 950 bytes sent: 900 held
+            wait_until(lambda: receiver.server.budget.used == 900)
             conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
             code, headers, body, closes = _post_kept(conn, to_otlp_json(SPANS), JS)
             conn.close()
@@ -333,6 +333,65 @@ def test_in_flight_bytes_past_the_limit_get_503_with_retry_after(loop: LoopThrea
             assert receiver.stats.requests_rejected[("http", "inflight_bytes")] == 1
         time.sleep(0.2)  # the slow request is gone: its bytes are given back
         assert post(receiver.url, payload, PB)[0] == 200
+
+
+def test_a_client_that_declares_much_and_sends_little_holds_only_what_it_sent(loop: LoopThread) -> None:
+    """Issue 23: four connections declaring 16 MiB bodies and sending one byte each made every
+    real export 503 for up to ``body_timeout`` (the budget was reserved by declared size). Bodies
+    are charged as their bytes arrive: they hold 4 bytes, and a real export goes through."""
+    payload = to_protobuf(SPANS)
+    limits = ListenerLimits(max_inflight_bytes=64 << 20, body_timeout=30.0)
+    for receiver in _start(loop, max_body=16 << 20, limits=limits):
+        slow = [socket.create_connection(("127.0.0.1", _port(receiver))) for _ in range(4)]
+        try:
+            for sock in slow:
+                sock.sendall(_head(16 << 20) + b"\x0a")
+            wait_until(lambda: receiver.server.budget.used == 4)
+            began = time.monotonic()
+            assert post(receiver.url, payload, PB)[0] == 200
+            assert time.monotonic() - began < 2.0
+            assert receiver.stats.requests_rejected[("http", "inflight_bytes")] == 0
+            assert len(receiver.sink.spans) == 2 and receiver.server.budget.used == 4
+        finally:
+            for sock in slow:
+                sock.close()
+        wait_until(lambda: receiver.server.budget.used == 0)
+
+
+def test_a_decompressed_body_is_charged_to_the_in_flight_bytes(loop: LoopThread) -> None:
+    """A gzip body holds its compressed bytes and its decompressed bytes: with another request
+    holding the rest of the budget, it is refused (503) though its compressed bytes alone fit."""
+    plain = to_protobuf(SPANS)
+    zipped = gzip.compress(plain)
+    held = 900
+    limit = held + len(zipped) + len(plain) - 1
+    for receiver in _start(loop, limits=ListenerLimits(max_inflight_bytes=limit)):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as slow:
+            slow.sendall(_head(held + 50) + b"\x0a" * held)
+            wait_until(lambda: receiver.server.budget.used == held)
+            code, _, _ = post(receiver.url, zipped, {**PB, "Content-Encoding": "gzip"})
+            assert code == 503 and receiver.stats.requests_rejected[("http", "inflight_bytes")] == 1
+        wait_until(lambda: receiver.server.budget.used == 0)
+        assert post(receiver.url, zipped, {**PB, "Content-Encoding": "gzip"})[0] == 200
+
+
+def test_expect_100_continue_past_the_size_limit_gets_413_before_the_body(loop: LoopThread) -> None:
+    """A client asking ``Expect: 100-continue`` for a body past ``max_body_bytes`` is refused at
+    once (413, counted), never told to send it; one within the limit gets ``100 Continue``."""
+    expect = b"Expect: 100-continue\r\n"
+    for receiver in _start(loop, max_body=4096):
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(100 << 20, expect))
+            answer = _read_answer(sock)
+        assert status(answer) == 413 and b"100 Continue" not in answer, answer[:300]
+        assert receiver.stats.requests_rejected[("http", "too_large")] == 1
+        payload = to_protobuf(SPANS)
+        with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
+            sock.sendall(_head(len(payload), expect))
+            sock.settimeout(5)
+            assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+            sock.sendall(payload)
+            assert status(_read_answer(sock)) == 200
 
 
 def _send_bad_chunks(receiver: Receiver) -> bytes:
@@ -536,7 +595,7 @@ def test_a_body_still_arriving_at_shutdown_gets_the_grace_then_503_shutting_down
     for receiver in _start(loop, limits=ListenerLimits(body_timeout=20.0)):
         with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
             sock.sendall(_head(100, media=JSON_HEAD) + b"{")
-            wait_until(lambda: receiver.server.budget.used == 100)  # the handler reads the body
+            wait_until(lambda: receiver.server.budget.used == 1)  # the handler reads the body
             began = time.monotonic()
             _begin_shutdown(loop, receiver, 0.3)
             answer = _read_answer(sock)
@@ -553,7 +612,7 @@ def test_shutdown_never_extends_an_earlier_body_deadline(loop: LoopThread) -> No
     for receiver in _start(loop, limits=ListenerLimits(body_timeout=0.3)):
         with socket.create_connection(("127.0.0.1", _port(receiver))) as sock:
             sock.sendall(_head(100) + b"\x0a")
-            wait_until(lambda: receiver.server.budget.used == 100)
+            wait_until(lambda: receiver.server.budget.used == 1)
             _begin_shutdown(loop, receiver, 30.0)
             began = time.monotonic()
             answer = _read_answer(sock)
@@ -665,7 +724,7 @@ def test_a_chunked_body_growing_past_max_body_gets_413(loop: LoopThread) -> None
 def test_a_chunked_body_past_the_in_flight_bytes_gets_503_with_retry_after(loop: LoopThread) -> None:
     for receiver in _start(loop, limits=ListenerLimits(max_inflight_bytes=1000)):
         with socket.create_connection(("127.0.0.1", _port(receiver))) as slow:
-            slow.sendall(_head(900) + b"\x0a")  # 900 bytes reserved, 1 sent
+            slow.sendall(_head(950) + b"\x0a" * 900)  # 900 of 950 bytes sent: 900 held
             wait_until(lambda: receiver.server.budget.used == 900)
             conn = http.client.HTTPConnection("127.0.0.1", _port(receiver), timeout=10)
             try:

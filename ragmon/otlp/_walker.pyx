@@ -33,7 +33,7 @@ from libc.string cimport memcmp, memcpy
 import sys
 from functools import lru_cache
 
-from ragmon.errors import DecodeError
+from ragmon.errors import DecodeError, DecodedTooLargeError
 
 if sys.byteorder != "little":  # fixed-width fields are copied as they are; decode.py falls back to Python
     raise ImportError("the compiled OTLP decoder reads little-endian hosts only")
@@ -87,6 +87,7 @@ _MESSAGES = {
     BAD_UTF8: "String field had bad UTF-8",
     TOO_DEEP: "Exceeded upb_DecodeOptions_MaxDepth",
 }
+_UNBOUNDED = sys.maxsize
 _PREFIX = "invalid OTLP protobuf: Error parsing message with type 'ragmon.otlp.wire.v1.TraceRequest': "
 
 ctypedef const unsigned char* Buf
@@ -935,9 +936,11 @@ cdef object _events(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Plan plan, P
     return tuple(kept)
 
 
-cdef int _span(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Plan plan, object result, list spans,
-               str service, dict resource, Py_ssize_t shared, Py_ssize_t* truncated) except -1:
-    """Append one span to ``spans`` (or reject it for its ids), as ``_from_message`` does."""
+cdef Py_ssize_t _span(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Plan plan, object result, list spans,
+                      str service, dict resource, Py_ssize_t shared, set counted, Py_ssize_t* truncated) except -1:
+    """Append one span to ``spans`` (or reject it for its ids), as ``_from_message`` does: the
+    resource's ``shared`` bytes on the first span of each trace (``counted``: those seen). Its
+    size in bytes (0 when rejected)."""
     cdef Field f
     cdef Py_ssize_t pos = s, ts = 0, te = 0, ss = 0, se = 0, ps = 0, pe = 0, ns = 0, ne = 0, at
     cdef Py_ssize_t size, cuts = 0, limit = plan.limit
@@ -985,7 +988,11 @@ cdef int _span(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Plan plan, object
         return 0
     else:
         parent = PyBytes_FromStringAndSize(<const char*>p + ps, pe - ps)
-    size = shared
+    trace_id = PyBytes_FromStringAndSize(<const char*>p + ts, 16)
+    size = _SPAN_BASE
+    if trace_id not in counted:
+        counted.add(trace_id)
+        size += shared
     events = ()
     if plan.with_events and with_events:
         events = _events(buf, p, s, e, plan, &size, &cuts)
@@ -1003,7 +1010,7 @@ cdef int _span(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Plan plan, object
         size += _text_size(name)
     truncated[0] += cuts
     spans.append(_Span(
-        PyBytes_FromStringAndSize(<const char*>p + ts, 16),
+        trace_id,
         PyBytes_FromStringAndSize(<const char*>p + ss, 8),
         parent,
         name,
@@ -1018,15 +1025,16 @@ cdef int _span(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Plan plan, object
         resource,
         size,
     ))
-    return 0
+    return size
 
 
 cdef void _pause() noexcept nogil:
     pass
 
 
-def decode_protobuf(body, selection):
-    """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse."""
+def decode_protobuf(body, selection, max_bytes=_UNBOUNDED):
+    """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse,
+    ``DecodedTooLargeError`` once its spans take more than ``max_bytes``."""
     if _Span is None:
         _bind()
     if type(body) is not bytes:
@@ -1043,6 +1051,7 @@ def decode_protobuf(body, selection):
         raise DecodeError(_PREFIX + _MESSAGES[status])
     cdef _Plan plan = _plan(selection)
     cdef Py_ssize_t limit = plan.limit, pos = 0, at, inner, truncated = 0, shared, count = 0
+    cdef Py_ssize_t held = 0, most = max_bytes
     cdef Field f, g, h
     cdef _Map res
     cdef Any a
@@ -1060,8 +1069,9 @@ def decode_protobuf(body, selection):
                     service = service[:limit]
                     truncated += 1
         truncated += res.t.cuts
-        shared = res.t.size + _SPAN_BASE + _text_size(service)
+        shared = res.t.size + _text_size(service)  # once per trace of this resource (decode.py)
         resource = res.out
+        counted = set()
         at = f.s
         while _next(p, &at, f.e, &g):
             if g.number != 2 or g.wire != LEN:
@@ -1069,7 +1079,10 @@ def decode_protobuf(body, selection):
             inner = g.s
             while _next(p, &inner, g.e, &h):
                 if h.number == 2 and h.wire == LEN:
-                    _span(body, p, h.s, h.e, plan, result, spans, service, resource, shared, &truncated)
+                    held += _span(body, p, h.s, h.e, plan, result, spans, service, resource, shared, counted, &truncated)
+                    if held > most:
+                        del spans[:]  # the error's traceback holds this frame: not what was decoded
+                        raise DecodedTooLargeError(most)
                     count += 1
                     if count & 1023 == 0:
                         with nogil:  # a big body: let other threads (the event loop) have their turn

@@ -24,7 +24,16 @@ Hostile bodies are bounded (SPEC §10); every cut counts one in ``Decoded.trunca
 - a span keeps at most ``MAX_EVENTS`` of the events the selection names (one cut per span).
 
 ``Span.size`` counts the bytes of every object a span keeps (see ``_SPAN_BASE``), so the byte
-caps downstream bound real memory.
+caps downstream bound real memory. What all spans of one resource share (one dict of its kept
+attributes and one ``service.name`` string) is counted once per trace and body: on the first
+span of each trace decoded for that resource (in-process: once per trace and hand-over). The
+caps let spans go a body (the ingest queue) or a trace (the assembler) at a time, so while
+any span holding those objects is held, the trace it belongs to still counts them: the sum
+stays an upper bound, and a body of N spans of one trace counts them once, not N times. Its
+edge: the assembler also drops single spans of a trace it keeps (a repeated span id, a trace
+at its span cap); when the span it drops carried the count and a later span of the same trace
+and body is kept, that resource's kept attributes and ``service.name`` (each at most
+``max_value_chars``) are held uncounted, at most once per span so kept.
 
 OTLP/JSON: a body must be UTF-8 (a BOM is skipped); lone surrogates (``"\\ud800"``) in kept
 strings become U+FFFD. An int64 or fixed64 field is a decimal string or an integral number in
@@ -50,7 +59,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtobufDecodeError
 
-from ragmon.errors import DecodeError
+from ragmon.errors import DecodedTooLargeError, DecodeError
 from ragmon.model import AttributeFilter, AttrValue, Span, SpanEvent
 from ragmon.otlp.wire import TraceRequest
 
@@ -464,7 +473,7 @@ def _py_attributes(attributes: Mapping[str, Any] | None, wanted: AttributeFilter
 @dataclass(frozen=True, slots=True)
 class SharedResource:
     """What every span of one resource shares: ``service.name`` (bounded), the kept resource
-    attributes, the bytes counted on each span for them, and the cuts made once."""
+    attributes, their bytes (counted once per trace: module docstring), and the cuts made once."""
 
     service: str
     attributes: dict[str, AttrValue]
@@ -476,9 +485,9 @@ def kept_resource(attributes: Mapping[str, Any], selection: SpanSelection) -> Sh
     """A resource's attributes (already decoded Python values) reduced as the decoders do."""
     limit = selection.max_value_chars
     raw = attributes.get(_SERVICE_NAME, "")
-    service, cut = _bounded_text(raw if isinstance(raw, str) else str(raw), limit)
+    service, cut = _bounded_text(str.__str__(raw) if isinstance(raw, str) else "", limit)  # a string, or none (as OTLP)
     resource, shared, cuts = _py_attributes(attributes, selection.resource, limit)
-    return SharedResource(service, resource, shared + _SPAN_BASE + _text_size(service), cut + cuts)
+    return SharedResource(service, resource, shared + _text_size(service), cut + cuts)
 
 
 def span_from_values(
@@ -492,15 +501,19 @@ def span_from_values(
     error: bool,
     attributes: Mapping[str, Any] | None,
     events: Iterable[tuple[str, int, Mapping[str, Any] | None]],
+    *,
+    count_resource: bool = True,
 ) -> tuple[Span | None, int]:
     """One ``Span`` from already-decoded values (an SDK span: integer ids ``(trace, span,
     parent or 0)``, OTLP ``kind``), kept, bounded and sized as the decoders do; and its cuts.
-    None for an all-zero trace or span id (the receivers reject those)."""
+    None for an all-zero trace or span id (the receivers reject those). ``count_resource``:
+    whether its size counts ``resource.size`` (the decoders count it on the first span of each
+    trace of a body; module docstring)."""
     trace_id, span_id, parent_id = ids
     if not trace_id or not span_id:
         return None, 0
     limit = selection.max_value_chars
-    size = resource.size
+    size = _SPAN_BASE + resource.size if count_resource else _SPAN_BASE
     kept: list[SpanEvent] = []
     cuts = 0
     wanted_events = selection.events
@@ -543,19 +556,21 @@ def span_from_values(
     return span, cuts
 
 
-def python_decode_protobuf(body: bytes, selection: SpanSelection) -> Decoded:
-    """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse.
+def python_decode_protobuf(body: bytes, selection: SpanSelection, max_bytes: int = sys.maxsize) -> Decoded:
+    """Decode a binary ``ExportTraceServiceRequest``; ``DecodeError`` if it does not parse,
+    ``DecodedTooLargeError`` once its spans take more than ``max_bytes`` (``Span.size``).
     The pure-Python decoder: ``decode_protobuf`` unless the compiled one is built (see ``DECODER``)."""
     request = TraceRequest()
     try:
         request.ParseFromString(body)
     except (_ProtobufDecodeError, ValueError, RuntimeError) as exc:
         raise DecodeError(f"invalid OTLP protobuf: {exc}") from None
-    return _from_message(request, selection)
+    return _from_message(request, selection, max_bytes)
 
 
-def _from_message(request: Any, selection: SpanSelection) -> Decoded:
+def _from_message(request: Any, selection: SpanSelection, max_bytes: int) -> Decoded:
     result = Decoded()
+    held = 0
     spans = result.spans
     wanted_events = selection.events
     limit = selection.max_value_chars
@@ -565,7 +580,8 @@ def _from_message(request: Any, selection: SpanSelection) -> Decoded:
         service, cut = _bounded_text(service, limit)
         resource, shared, cuts = _pb_attributes(resource_attrs, selection.resource, limit)
         result.truncated += cut + cuts
-        shared += _SPAN_BASE + _text_size(service)  # counted on every span: each may outlive the rest
+        shared += _text_size(service)  # once per trace of this resource (module docstring)
+        counted: set[bytes] = set()
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 trace_id, span_id = span.trace_id, span.span_id
@@ -582,7 +598,10 @@ def _from_message(request: Any, selection: SpanSelection) -> Decoded:
                     result.reject("invalid_parent_span_id")
                     continue
                 events: tuple[SpanEvent, ...] = ()
-                size = shared
+                size = _SPAN_BASE
+                if trace_id not in counted:
+                    counted.add(trace_id)
+                    size += shared
                 if wanted_events and span.events:
                     events, more, cuts = _pb_events(span.events, wanted_events, limit)
                     size += more
@@ -596,6 +615,10 @@ def _from_message(request: Any, selection: SpanSelection) -> Decoded:
                 size += len(name) + _STR if name.isascii() else _sizeof(name) + _OBJ
                 if cuts:
                     result.truncated += cuts
+                held += size
+                if held > max_bytes:
+                    spans.clear()  # the error's traceback holds this frame: not what was decoded
+                    raise DecodedTooLargeError(max_bytes)
                 spans.append(
                     Span(  # positional: 2.5x faster than by keyword; in the order of Span's fields
                         trace_id,
@@ -821,8 +844,9 @@ def _json_id(value: Any, size: int) -> bytes | None:
     return b"" if raw == bytes(size) else raw
 
 
-def decode_json(body: bytes, selection: SpanSelection) -> Decoded:
-    """Decode an OTLP/JSON ``ExportTraceServiceRequest``; ``DecodeError`` if it is not one."""
+def decode_json(body: bytes, selection: SpanSelection, max_bytes: int = sys.maxsize) -> Decoded:
+    """Decode an OTLP/JSON ``ExportTraceServiceRequest``; ``DecodeError`` if it is not one,
+    ``DecodedTooLargeError`` once its spans take more than ``max_bytes`` (``Span.size``)."""
     try:
         text = body.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -835,18 +859,22 @@ def decode_json(body: bytes, selection: SpanSelection) -> Decoded:
         raise DecodeError("invalid OTLP/JSON: expected an object with resourceSpans")
     clean = _replace_surrogates if _SURROGATE_ESCAPE.search(text) else _same
     try:
-        return _from_json(request, selection, clean)
+        return _from_json(request, selection, clean, max_bytes)
     except _Malformed as exc:
         raise DecodeError(f"invalid OTLP/JSON: {exc}") from None
 
 
-def _from_json(request: Mapping[str, Any], selection: SpanSelection, clean: Callable[[str], str]) -> Decoded:
+def _from_json(
+    request: Mapping[str, Any], selection: SpanSelection, clean: Callable[[str], str], max_bytes: int,
+) -> Decoded:
     result = Decoded()
     limit = selection.max_value_chars
+    held = kept = 0
     for resource_spans in _json_list(request.get("resourceSpans")):
         resource_spans = _json_object(resource_spans)
         resource: dict[str, AttrValue] = {}
         service, shared, valid = "", 0, True
+        counted: set[bytes] = set()
         try:
             resource_attrs = _json_object(resource_spans.get("resource")).get("attributes")
             resource, shared, cuts = _json_attributes(resource_attrs, selection.resource, limit, clean)
@@ -856,7 +884,7 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection, clean: Call
                     kind, payload = _json_read(value)
                     service = clean(payload) if kind == _STRING else ""
             service, cut = _bounded_text(service, limit)
-            shared += _SPAN_BASE + _text_size(service)
+            shared += _text_size(service)  # once per trace of this resource (module docstring)
             result.truncated += cuts + cut
         except _SPAN_ERRORS:
             valid = False  # every span of this resource is rejected
@@ -866,17 +894,26 @@ def _from_json(request: Mapping[str, Any], selection: SpanSelection, clean: Call
                     result.reject("malformed_span")
                     continue
                 try:
-                    _json_span(span, selection, service, resource, shared, clean, result)
+                    _json_span(span, selection, service, resource, (shared, counted), clean, result)
                 except _SPAN_ERRORS:
                     result.reject("malformed_span")
+                    continue
+                if len(result.spans) > kept:
+                    kept = len(result.spans)
+                    held += result.spans[-1].size
+                    if held > max_bytes:
+                        result.spans.clear()  # the error's traceback holds this frame: not what was decoded
+                        raise DecodedTooLargeError(max_bytes)
     return result
 
 
 def _json_span(
-    span: Any, selection: SpanSelection, service: str, resource: dict[str, AttrValue], shared: int,
-    clean: Callable[[str], str], result: Decoded,
+    span: Any, selection: SpanSelection, service: str, resource: dict[str, AttrValue],
+    shared: tuple[int, set[bytes]], clean: Callable[[str], str], result: Decoded,
 ) -> None:
-    """Append one JSON span to ``result`` (or reject it for its ids); ``_Malformed`` if malformed."""
+    """Append one JSON span to ``result`` (or reject it for its ids); ``_Malformed`` if malformed.
+    ``shared``: the bytes the resource's spans share and the traces that count them already
+    (the span adds its trace once it is appended)."""
     span = _json_object(span)
     trace_id = _json_id(span.get("traceId"), 16)
     span_id = _json_id(span.get("spanId"), 8)
@@ -891,7 +928,9 @@ def _json_span(
         result.reject("invalid_parent_span_id")
         return
     limit = selection.max_value_chars
-    size = shared
+    shared_size, counted = shared
+    first = trace_id not in counted
+    size = _SPAN_BASE + shared_size if first else _SPAN_BASE
     events: list[SpanEvent] = []
     cuts = 0
     for event in _json_list(span.get("events")):
@@ -926,13 +965,15 @@ def _json_span(
         size=size + more + _text_size(name) + (_TUPLE + 8 * len(kept_events) if kept_events else 0),
     )
     result.spans.append(decoded)
+    if first:
+        counted.add(trace_id)
     result.truncated += cuts + cut + name_cut
 
 
 # -- the protobuf decoder that runs ------------------------------------------------------------------
 
 
-def _choose() -> tuple[str, Callable[[bytes, SpanSelection], Decoded]]:
+def _choose() -> tuple[str, Callable[[bytes, SpanSelection, int], Decoded]]:
     """The compiled decoder (``ragmon/otlp/_walker.pyx``: the same spans, counts and errors as
     ``python_decode_protobuf``, several times faster) when it is built, unless the environment
     variable ``RAGMON_DECODER`` is ``python``; else the pure-Python one."""

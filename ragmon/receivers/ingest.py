@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ SPAN_REJECT_REASONS = (
 REQUEST_REJECT_REASONS = {
     "http": ("busy", "unauthorized", "content_type", "content_encoding", "too_large", "decode", "malformed",
              "aborted", "timeout", "inflight_bytes", "shutting_down"),
-    "grpc": ("busy", "unauthorized", "decode", "timeout", "inflight_bytes"),
+    "grpc": ("busy", "unauthorized", "decode", "timeout", "slow", "inflight_bytes", "too_large"),
 }
 """``reason`` values of ``ragmon_requests_rejected_total`` per protocol (exported at 0)."""
 
@@ -86,7 +87,8 @@ def _protocols(counts: Mapping[str, int]) -> tuple[str, ...]:
 
 
 class IngestGate:
-    """Turns to decompress, decode and hand over a received OTLP body, shared by both receivers.
+    """Turns to decompress, decode and hand over a received OTLP body (or feedback), shared by
+    both receivers.
 
     At most ``slots`` bodies are worked on at once; the others (already read, within
     ``receiver.max_inflight_bytes``) wait their turn for at most ``wait`` seconds, then are
@@ -94,13 +96,23 @@ class IngestGate:
     has more than ``slots`` requests' CPU work queued ahead of a liveness probe, a scrape or the
     pipeline, however many exporters send at once; ingest as a whole is no faster with more (it
     is CPU-bound). A slow client holds no turn: bodies are read before the turn is taken.
+
+    Memory: a turn holds at most ``slot_bytes`` of decoding (a JSON body's tree, the spans
+    decoded), so decoding takes at most ``slots × slot_bytes`` (the sidecar: its in-flight
+    budget again); a body that would take more is refused (413), never decoded past it.
     """
 
-    def __init__(self, slots: int = 2, wait: float = 2.0) -> None:
+    SLOTS = 2
+    """Bodies worked on at once by default."""
+
+    def __init__(self, slots: int = SLOTS, wait: float = 2.0, slot_bytes: int = sys.maxsize) -> None:
         if slots < 1 or not wait > 0:
             raise ValueError(f"an ingest gate needs slots >= 1 and wait > 0, got {slots}, {wait}")
+        if slot_bytes < 1:
+            raise ValueError(f"an ingest gate needs slot_bytes >= 1, got {slot_bytes}")
         self.slots = slots
         self.wait = wait
+        self.slot_bytes = slot_bytes
         self._free = asyncio.Semaphore(slots)
 
     async def enter(self) -> bool:
@@ -123,11 +135,14 @@ scrapes, the pipeline) keeps its turns while a big body is decoded (the GIL swit
 few milliseconds) instead of waiting for the whole decode."""
 
 
-async def decode_body(decode: Callable[[bytes, SpanSelection], Decoded], body: bytes, selection: SpanSelection) -> Decoded:
-    """``decode(body, selection)``, off the event loop for a large body (``DecodeError`` as is)."""
+async def decode_body(
+    decode: Callable[[bytes, SpanSelection, int], Decoded], body: bytes, selection: SpanSelection, max_bytes: int,
+) -> Decoded:
+    """``decode(body, selection, max_bytes)``, off the event loop for a large body
+    (``DecodeError``, ``DecodedTooLargeError`` as they are)."""
     if len(body) >= DECODE_IN_THREAD_BYTES:
-        return await asyncio.to_thread(decode, body, selection)
-    return decode(body, selection)
+        return await asyncio.to_thread(decode, body, selection, max_bytes)
+    return decode(body, selection, max_bytes)
 
 
 def hand_over(decoded: Decoded, sink: SpanSink, stats: IngestStats, protocol: str) -> ExportTraceServiceResponse | Offer:

@@ -13,7 +13,24 @@ prometheus_client ``registry`` (then the app's own ``/metrics`` shows them), or 
 buffer to the pipeline every ``HAND_OVER`` seconds. A span that finds the buffer or the
 pipeline's queue full is dropped and counted in
 ``ragmon_spans_rejected_total{protocol="inprocess",reason="overloaded"}`` (no exporter to retry);
-spans handed over count in ``ragmon_spans_received_total{protocol="inprocess"}``.
+spans handed over count in ``ragmon_spans_received_total{protocol="inprocess"}``. A resource's
+kept attributes are counted once per trace and hand-over (as the decoders count them once per
+trace and body: ``ragmon.otlp.decode``).
+
+A scrape of the application's ``registry`` never waits on ragmon's loop for more than
+``FRESH_WAIT``, and never raises into the application (a failure is logged; that scrape then
+lacks ragmon's families). ragmon's state is only read on its loop, so a scrape asks the loop
+to collect its families (one such request at a time: while one is pending, scrapes do not
+wait) and is served the most recent families collected there: those it asked for if they are
+ready within ``FRESH_WAIT`` (an idle loop takes 1-3 ms), else those collected for an earlier
+scrape, at start or at the end of ``force_flush``. While the loop keeps up (a collection per
+scrape interval), what a scrape shows is thus at most one scrape interval old; after
+``force_flush`` it shows everything flushed. A collection that started later replaces one that
+started earlier, never the reverse, so values never go back. One collection may be served to
+any number of scrapes, from any thread: its samples (``DeferredFamily``: made on the first read,
+then kept) are made once, under a lock, by the first scrape that reads it; so the latest
+collection, samples made, is held between scrapes (about the objects one scrape builds). Once
+ragmon has stopped, a scrape collects its final values directly.
 """
 
 from __future__ import annotations
@@ -43,7 +60,7 @@ from ragmon.model import Offer, Span
 from ragmon.otlp.decode import SharedResource, SpanSelection, kept_resource, span_from_values
 from ragmon.pipeline.queue import PipelineStats
 
-__all__ = ["HAND_OVER", "PROTOCOL", "RagmonSpanProcessor", "to_span"]
+__all__ = ["FRESH_WAIT", "HAND_OVER", "PROTOCOL", "RagmonSpanProcessor", "to_span"]
 
 log = logging.getLogger("ragmon")
 
@@ -53,7 +70,8 @@ HAND_OVER = 0.05
 """Seconds between two hand-overs of the buffered spans to the pipeline."""
 _REMOTE_KNOWN, _REMOTE = 0x100, 0x200
 """OTLP span flags, set as the SDK's OTLP exporter sets them."""
-_COLLECT_TIMEOUT = 10.0
+FRESH_WAIT = 0.005
+"""Seconds a scrape of the application's registry waits for families fresher than the latest."""
 _POLL = 0.005
 
 
@@ -62,10 +80,13 @@ def _done(stats: PipelineStats) -> int:
     return stats.records + stats.ignored + sum(stats.dropped.values())
 
 
-def to_span(span: ReadableSpan, selection: SpanSelection, resource: SharedResource) -> tuple[Span | None, int]:
+def to_span(
+    span: ReadableSpan, selection: SpanSelection, resource: SharedResource, *, count_resource: bool = True
+) -> tuple[Span | None, int]:
     """What ragmon reads of an SDK span (``resource``: its resource, reduced once), as the
     OTLP decoder would read it from the SDK's OTLP exporter; and the cuts made. None without
-    a valid context."""
+    a valid context. ``count_resource``: whether its size counts the resource's shared bytes
+    (the decoders count them on the first span of each trace of a body)."""
     context = span.context
     if context is None:
         return None, 0
@@ -81,18 +102,43 @@ def to_span(span: ReadableSpan, selection: SpanSelection, resource: SharedResour
         span.status.status_code is StatusCode.ERROR,
         span.attributes,
         ((event.name, event.timestamp, event.attributes) for event in span.events),
+        count_resource=count_resource,
     )
 
 
 class _Forward(Collector):
-    """The processor's families for the application's registry, collected on ragmon's loop
-    (where every stage runs), or directly once it has stopped."""
+    """The processor's families for the application's registry (``RagmonSpanProcessor.collect``)."""
 
     def __init__(self, processor: RagmonSpanProcessor) -> None:
         self._processor = processor
 
     def collect(self) -> Iterator[Metric]:
         yield from self._processor.collect()
+
+
+class _Collected:
+    """Families collected on ragmon's loop (``started``: the number of the collection, in the
+    order they started), served to any number of scrapes from any thread. Their samples
+    (``DeferredFamily``, made from values copied at collection) are made once, under a lock,
+    by the first scrape that serves them; from then on the families are only read."""
+
+    __slots__ = ("_families", "_lock", "_ready", "started")
+
+    def __init__(self, families: list[Metric], started: int) -> None:
+        self._families = families
+        self._lock = threading.Lock()
+        self._ready = False
+        self.started = started
+
+    def families(self) -> list[Metric]:
+        """The families, every sample made."""
+        if not self._ready:
+            with self._lock:
+                if not self._ready:
+                    for family in self._families:
+                        _ = family.samples  # a DeferredFamily makes them now, and keeps them
+                    self._ready = True
+        return list(self._families)
 
 
 class RagmonSpanProcessor(SpanProcessor):
@@ -129,7 +175,14 @@ class RagmonSpanProcessor(SpanProcessor):
         self._malformed = 0
         self._truncated = 0
         self._resource: tuple[Resource, SharedResource] | None = None
+        self._counted: dict[bytes, SharedResource] = {}
+        """Traces whose buffered spans count their resource's shared bytes (on the first one)."""
         self._closed = False
+        self._collections = threading.Lock()
+        self._latest: _Collected | None = None
+        self._pending: concurrent.futures.Future[None] | None = None
+        self._collecting: set[asyncio.Task[None]] = set()
+        self._started_collections = 0
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         started: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -159,24 +212,28 @@ class RagmonSpanProcessor(SpanProcessor):
             self._resource = cached
         shared = cached[1]
         try:
-            kept, cuts = to_span(span, self._selection, shared)
+            kept, cuts = to_span(span, self._selection, shared, count_resource=False)
         except Exception:  # never into the application's span.end(): counted, logged once a batch
             with self._lock:
                 self._malformed += 1
             return
         if kept is None:
             return
+        trace_id = kept.trace_id
         with self._lock:
             if self._closed:
                 return
+            counts = self._counted.get(trace_id) is not shared  # its trace's first span of this hand-over
+            size = kept.size + shared.size if counts else kept.size
             buffered = len(self._buffer)
-            if buffered and (
-                buffered >= self._max_spans or self._buffer_bytes + kept.size > self._max_bytes
-            ):
+            if buffered and (buffered >= self._max_spans or self._buffer_bytes + size > self._max_bytes):
                 self._refused += 1
                 return
+            if counts:
+                kept.size = size  # still only this thread's: it carries the resource's bytes
+                self._counted[trace_id] = shared
             self._buffer.append(kept)
-            self._buffer_bytes += kept.size
+            self._buffer_bytes += size
             self._truncated += cuts + (shared.truncated if not buffered else 0)
 
     def shutdown(self) -> None:
@@ -208,16 +265,59 @@ class RagmonSpanProcessor(SpanProcessor):
     # -- metrics -------------------------------------------------------------------------------
 
     def collect(self) -> list[Metric]:
-        """Every family of ragmon, collected on its loop while it runs."""
-        if self._loop.is_running() and threading.current_thread() is not self._thread:
-            future = asyncio.run_coroutine_threadsafe(collect_families(self.sidecar.registry), self._loop)
-            try:
-                return future.result(_COLLECT_TIMEOUT)
-            except (concurrent.futures.TimeoutError, RuntimeError):
-                future.cancel()
-                if self._loop.is_running():
-                    raise
-        return list(self.sidecar.registry.collect())
+        """Every family of ragmon. While it runs: the most recent families collected on its loop,
+        waiting at most ``FRESH_WAIT`` for fresher ones (module docstring); once it has stopped,
+        collected now. Never raises: a failure is logged and the scrape gets no family of ragmon."""
+        try:
+            if not self._loop.is_running() or threading.current_thread() is self._thread:
+                return list(self.sidecar.registry.collect())
+            pending, asked = self._ask_collection()
+            if asked:  # the loop has answered every earlier scrape: this one may be answered soon
+                concurrent.futures.wait((pending,), FRESH_WAIT)
+            latest = self._latest
+            return latest.families() if latest is not None else []
+        except Exception:  # never into the application's scrape
+            log.exception("in-process: ragmon's families could not be served")
+            return []
+
+    def _ask_collection(self) -> tuple[concurrent.futures.Future[None], bool]:
+        """The collection asked of ragmon's loop and not yet done, else a new one (and True)."""
+        with self._collections:
+            pending = self._pending
+            if pending is not None:
+                return pending, False
+            pending = self._pending = concurrent.futures.Future()
+        try:
+            self._loop.call_soon_threadsafe(self._start_collection, pending)
+        except RuntimeError:  # the loop closed meanwhile: the scrape gets the latest families
+            with self._collections:
+                self._pending = None
+            pending.set_result(None)
+        return pending, True
+
+    def _start_collection(self, pending: concurrent.futures.Future[None]) -> None:
+        task = self._loop.create_task(self._collect(pending))
+        self._collecting.add(task)
+        task.add_done_callback(self._collecting.discard)
+
+    async def _collect(self, pending: concurrent.futures.Future[None] | None = None) -> None:
+        """Collect every family on the loop and make them the latest, unless a collection that
+        started later has already; then resolve ``pending`` (the scrapes waiting for it)."""
+        self._started_collections += 1
+        started = self._started_collections
+        families: list[Metric] | None = None
+        try:
+            families = await collect_families(self.sidecar.registry)
+        except Exception:
+            log.exception("in-process: ragmon's families could not be collected")
+        finally:
+            with self._collections:
+                if families is not None and (self._latest is None or self._latest.started < started):
+                    self._latest = _Collected(families, started)
+                if pending is not None and self._pending is pending:
+                    self._pending = None
+            if pending is not None:
+                pending.set_result(None)
 
     # -- the background loop -------------------------------------------------------------------
 
@@ -236,6 +336,7 @@ class RagmonSpanProcessor(SpanProcessor):
             await self.sidecar.stop()
             started.set_exception(error)
             return
+        await self._collect()  # what the first scrape shows if the loop is busy by then
         started.set_result(None)
         while not self._stop.is_set():
             try:
@@ -245,10 +346,14 @@ class RagmonSpanProcessor(SpanProcessor):
                 pass
             self._hand_over()  # the last one after stop: on_end takes no more once closed
         await self.sidecar.stop(DRAIN_TIMEOUT)
+        for task in self._collecting:
+            task.cancel()
+        await asyncio.gather(*self._collecting, return_exceptions=True)
 
     async def _flush(self) -> None:
         """Hand over the buffer; once the worker has taken it, finish the rooted traces and wait
-        until the worker has scored them (or counted them ignored or dropped)."""
+        until the worker has scored them (or counted them ignored or dropped); then collect the
+        families, so that the application's next scrape shows them."""
         self._hand_over()
         pipeline = self.sidecar.pipeline
         while pipeline.stats().queued_spans:
@@ -257,11 +362,13 @@ class RagmonSpanProcessor(SpanProcessor):
         pipeline.offer(())  # wakes the worker
         while _done(pipeline.stats()) < target:
             await asyncio.sleep(_POLL)
+        await self._collect()
 
     def _hand_over(self) -> None:
         """Offer the buffer to the pipeline (on the loop); count what was received or refused."""
         with self._lock:
             batch, self._buffer, self._buffer_bytes = self._buffer, [], 0
+            self._counted = {}
             refused, self._refused = self._refused, 0
             malformed, self._malformed = self._malformed, 0
             truncated, self._truncated = self._truncated, 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from ragmon.config import ReceiverConfig
 from ragmon import catalogue as cat
 from ragmon.receivers.ratelog import RateLimitedLog, format_peer
 
-__all__ = ["BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS"]
+__all__ = ["BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS", "Reservation", "SLOW_SENDER_SECONDS"]
 
 BACKLOG = 512
 """Listen backlog: also the most connections one accept burst opens before any is closed."""
@@ -107,23 +108,102 @@ class ListenerStats:
         return (opened, refused, closed)
 
 
-class ByteBudget:
-    """Request body bytes being read at once across connections (``max_inflight_bytes``)."""
+SLOW_SENDER_SECONDS = 1.0
+"""A body reserved before it arrives (a gRPC message: its size is known only once whole) and
+still not arrived after this long loses its reservation when another request needs the bytes."""
 
-    def __init__(self, limit: int) -> None:
+
+class Reservation:
+    """Bytes reserved for a body not yet received (``ByteBudget.reserve``)."""
+
+    __slots__ = ("bytes", "since", "cut", "_on_cut")
+
+    def __init__(self, n: int, since: float, on_cut: Callable[[], None]) -> None:
+        self.bytes = n
+        self.since = since
+        self.cut = False
+        """Whether another request took the bytes back (the body must be refused)."""
+        self._on_cut = on_cut
+
+    def take_back(self) -> int:
+        """Cut the reservation: its bytes, now free, and the holder told (``on_cut``)."""
+        n, self.bytes, self.cut = self.bytes, 0, True
+        self._on_cut()
+        return n
+
+
+class ByteBudget:
+    """Request bytes held at once across connections and protocols (``max_inflight_bytes``):
+    bodies charged as their bytes arrive, what decoding them takes (``ragmon.receivers.weight``),
+    and reservations for bodies whose size is known only once whole (gRPC messages).
+
+    A reservation whose body has not arrived within ``slow_after`` seconds is cut when another
+    request needs the bytes: a client that declares much and sends little cannot hold ingest
+    for others. ``clock`` is monotonic seconds.
+    """
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic,
+                 slow_after: float = SLOW_SENDER_SECONDS) -> None:
         self.limit = limit
         self.used = 0
+        self._clock = clock
+        self._slow_after = slow_after
+        self._waiting: dict[Reservation, None] = {}
+        """Reservations for bodies still arriving, oldest first."""
 
-    def take(self, n: int) -> bool:
-        """Reserve ``n`` bytes; False past the limit (one request alone may always proceed)."""
-        if self.used and self.used + n > self.limit:
+    def take(self, n: int, mine: int = 0) -> bool:
+        """Charge ``n`` bytes to a request already holding ``mine``; False past the limit, once
+        slow reservations have been cut to make room. A request alone (nothing charged but its
+        own bytes) may always proceed: ``max_body_bytes`` bounds it."""
+        if self.used > mine and self.used + n > self.limit and not self._make_room(n):
             return False
         self.used += n
         return True
 
     def give(self, n: int) -> None:
-        """Return ``n`` reserved bytes."""
+        """Return ``n`` charged bytes."""
         self.used -= n
+
+    def reserve(self, n: int, on_cut: Callable[[], None]) -> Reservation | None:
+        """Reserve ``n`` bytes for a body that has not arrived (``take``'s rule); ``on_cut`` is
+        called if the reservation is cut. ``settle`` it once the body is whole, ``release`` it
+        at the end."""
+        if not self.take(n):
+            return None
+        reservation = Reservation(n, self._clock(), on_cut)
+        self._waiting[reservation] = None
+        return reservation
+
+    def settle(self, reservation: Reservation, n: int) -> bool:
+        """The body arrived with ``n`` bytes: charge those instead (False, nothing charged, if
+        the reservation was cut or ``n`` does not fit)."""
+        self._waiting.pop(reservation, None)
+        if reservation.cut:
+            return False
+        self.used -= reservation.bytes
+        reservation.bytes = 0
+        if not self.take(n):
+            return False
+        reservation.bytes = n
+        return True
+
+    def release(self, reservation: Reservation) -> None:
+        """Return whatever ``reservation`` still holds."""
+        self._waiting.pop(reservation, None)
+        self.used -= reservation.bytes
+        reservation.bytes = 0
+
+    def _make_room(self, n: int) -> bool:
+        """Cut reservations older than ``slow_after``, oldest first, until ``n`` more bytes fit."""
+        now = self._clock()
+        for reservation in list(self._waiting):
+            if now - reservation.since < self._slow_after:
+                break
+            del self._waiting[reservation]
+            self.used -= reservation.take_back()
+            if self.used + n <= self.limit:
+                return True
+        return False
 
 
 def _client_error(error: BaseException | None) -> str | None:

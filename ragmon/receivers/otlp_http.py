@@ -3,10 +3,19 @@
 Answers as the OTLP specification says: 200 with an ``ExportTraceServiceResponse`` (with
 ``partial_success`` when some spans were rejected), 400 with a ``google.rpc.Status`` for an
 undecodable body, 401 for a bad token, 408 when the body is too slow to arrive, 413 past the
-size limit (compressed or not), 415 for an unknown content type or encoding, 503 with
-``Retry-After`` when the pipeline is full, too many body bytes are in flight, or ragmon is
-shutting down. Responses use the request's content type (protobuf or JSON). Each rejection is
-counted and logged as one rate-limited line (reason and peer, never content).
+size limit (compressed or not; a declared ``Content-Length`` past it is refused before a byte
+of the body is read, ``Expect: 100-continue`` included) or when decoding a JSON body would
+take more than the whole in-flight budget, 415 for an unknown content type or encoding, 503 with
+``Retry-After`` when the pipeline is full, too many bytes are in flight, or ragmon is shutting
+down. Responses use the request's content type (protobuf or JSON). Each rejection is counted
+and logged as one rate-limited line (reason and peer, never content).
+
+Memory: every body byte is charged to the shared in-flight budget (``ByteBudget``) as it
+arrives, not as declared, so a client that declares 16 MB and sends one byte holds one byte; a
+decompressed body is charged too. Decoding happens in a turn of the ingest gate, which holds at
+most ``IngestGate.slot_bytes``: a JSON body's tree (``ragmon.receivers.weight``, known before it
+is built) and the spans decoded; a body that would take more is refused with 413 before it is
+decoded past it.
 """
 
 from __future__ import annotations
@@ -18,14 +27,14 @@ import zlib
 from typing import Any, Protocol
 
 from aiohttp import web
-from aiohttp.http import HttpProcessingError
+from aiohttp.http import HttpProcessingError, HttpVersion11
 from google.protobuf import json_format
 from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from ragmon.errors import BodyTooLargeError, DecodeError
+from ragmon.errors import BodyTooLargeError, DecodedTooLargeError, DecodeError
 from ragmon.model import Offer
 from ragmon.otlp.decode import Decoded, decode_json, decode_protobuf
 from ragmon.receivers.auth import bearer_token_matches
@@ -45,6 +54,7 @@ from ragmon.receivers.listeners import (
     ListenerStats,
 )
 from ragmon.receivers.ratelog import RateLimitedLog, format_peer
+from ragmon.receivers.weight import json_tree_bytes
 
 __all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "SHUTDOWN_TIMEOUT", "HttpReceiver", "start"]
 
@@ -99,14 +109,15 @@ class HttpReceiver:
     connection; ``begin_shutdown`` turns new and slow requests into 503 ``shutting_down``."""
 
     def __init__(self, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
-                 limits: ListenerLimits, log: RateLimitedLog, gate: IngestGate | None = None) -> None:
+                 limits: ListenerLimits, log: RateLimitedLog, gate: IngestGate | None = None,
+                 budget: ByteBudget | None = None) -> None:
         self.settings = settings
         self.gate = gate or IngestGate()
         self.sink = sink
         self.stats = stats
         self.limits = limits
         self.log = log
-        self.budget = ByteBudget(limits.max_inflight_bytes)
+        self.budget = budget or ByteBudget(limits.max_inflight_bytes)
         self.listener: Listener | None = None
         self.port = 0
         self._draining = False
@@ -117,8 +128,31 @@ class HttpReceiver:
 
     def add_routes(self, app: web.Application) -> None:
         """Add ``POST /v1/traces`` and ``POST /v1/feedback`` to ``app``."""
-        app.router.add_post("/v1/traces", self.export)
-        app.router.add_post("/v1/feedback", self.take_feedback)
+        app.router.add_post("/v1/traces", self.export, expect_handler=self._expect)
+        app.router.add_post("/v1/feedback", self.take_feedback, expect_handler=self._expect)
+
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue``: refuse at once what the handler would refuse before
+        reading the body (shutting down, a bad token, a declared size past the limit), else let
+        the client send it (aiohttp's default answer)."""
+        refusal = None
+        if self._draining:
+            refusal = web.Response(status=503, text="ragmon is shutting down; retry later\n", headers=_RETRY)
+        elif self.settings.token and not bearer_token_matches(request.headers.get("Authorization"), self.settings.token):
+            self.stats.requests_rejected[(PROTOCOL, "unauthorized")] += 1
+            refusal = web.Response(status=401, text="missing or wrong bearer token\n")
+        elif request.content_length is not None and request.content_length > self.settings.max_body_bytes:
+            self.stats.requests_rejected[(PROTOCOL, "too_large")] += 1
+            self.log.warn("OTLP/HTTP too_large", _peer(request), "413 before the body (Expect: 100-continue)")
+            refusal = web.Response(status=413, text=f"body larger than {self.settings.max_body_bytes} bytes\n")
+        if refusal is not None:
+            refusal.force_close()
+            return refusal
+        if request.version != HttpVersion11 or request.headers.get("Expect", "").lower() != "100-continue":
+            raise web.HTTPExpectationFailed(text=f"Unknown Expect: {request.headers.get('Expect', '')}")
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # as aiohttp's default handler
+        request.writer.output_size = 0
+        return None
 
     async def take_feedback(self, request: web.Request) -> web.Response:
         """The ``POST /v1/feedback`` handler: JSON in, JSON out; the same token, body cap,
@@ -138,15 +172,25 @@ class HttpReceiver:
         held = [0]
         try:
             body = await self._read(request, JSON, held)
+            if isinstance(body, web.Response):  # 413, 408, 503, 400: keep the status, answer in JSON
+                return _json_reply(body.status, {"error": _FEEDBACK_REFUSALS.get(body.status, "body not read")},
+                                   _RETRY if body.status == 503 else None)
+            if not await self.gate.enter():  # parsing takes a turn, as decoding spans does
+                self.stats.requests_rejected[(PROTOCOL, "busy")] += 1
+                return _json_reply(503, {"error": "busy; retry later"}, _RETRY)
+            try:
+                if json_tree_bytes(body) > self.gate.slot_bytes:
+                    self.stats.requests_rejected[(PROTOCOL, "too_large")] += 1
+                    return _json_reply(413, {"error": "body too large to decode: its JSON tree would take more than "
+                                                      "receiver.max_inflight_bytes / 2"})
+                if len(body) >= GUNZIP_IN_THREAD_BYTES:  # a large JSON body takes a while to parse
+                    decoded = await asyncio.to_thread(self.feedback.decode, body)
+                else:
+                    decoded = self.feedback.decode(body)
+            finally:
+                self.gate.leave()
         finally:
             self.budget.give(held[0])
-        if isinstance(body, web.Response):  # 413, 408, 503, 400: keep the status, answer in JSON
-            return _json_reply(body.status, {"error": _FEEDBACK_REFUSALS.get(body.status, "body not read")},
-                               _RETRY if body.status == 503 else None)
-        if len(body) >= GUNZIP_IN_THREAD_BYTES:  # a large JSON body takes a while to parse
-            decoded = await asyncio.to_thread(self.feedback.decode, body)
-        else:
-            decoded = self.feedback.decode(body)
         status, answer = self.feedback.join(decoded)
         return _json_reply(status, answer)
 
@@ -206,7 +250,7 @@ class HttpReceiver:
                 return self._reject(request, reply_type, 503, _GRPC_UNAVAILABLE, "busy",
                                     "every ingest turn is taken; retry later", _RETRY)
             try:
-                decoded = await self._decode(request, body, media, reply_type, encoding)
+                decoded = await self._decode(request, body, media, reply_type, encoding, held)
             finally:
                 self.gate.leave()
         finally:
@@ -225,8 +269,9 @@ class HttpReceiver:
         return _reply(reply_type, 200, response)
 
     async def _decode(self, request: web.Request, body: bytes, media: str, reply_type: str,
-                      encoding: str) -> Decoded | web.Response:
-        """The body decompressed and decoded, or the answer refusing it."""
+                      encoding: str, held: list[int]) -> Decoded | web.Response:
+        """The body decompressed and decoded, or the answer refusing it; what decompressing and
+        decoding take is charged to the budget first (``held[0]``: bytes charged so far)."""
         limit = self.settings.max_body_bytes
         if encoding == "gzip":
             try:
@@ -239,19 +284,30 @@ class HttpReceiver:
                                     f"decompressed body larger than {limit} bytes")
             except zlib.error as exc:
                 return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", f"invalid gzip body: {exc}")
+            if not self.budget.take(len(body), held[0]):  # held next to the compressed one until the end
+                return self._busy(request, reply_type)
+            held[0] += len(body)
+        room = self.gate.slot_bytes  # what this turn may hold while decoding
+        if media == JSON:
+            tree = json_tree_bytes(body)
+            if tree >= room:
+                return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, "too_large",
+                                    f"decoding this JSON body would take about {tree >> 20} MiB, more than a "
+                                    f"decode may hold ({room >> 20} MiB: receiver.max_inflight_bytes / 2); "
+                                    "send smaller batches or protobuf")
+            room -= tree
         try:
-            return await decode_body(decode_json if media == JSON else decode_protobuf, body, self.settings.selection)
+            return await decode_body(decode_json if media == JSON else decode_protobuf, body, self.settings.selection, room)
+        except DecodedTooLargeError as exc:
+            return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED, "too_large", str(exc))
         except DecodeError as exc:
             return self._reject(request, reply_type, 400, _GRPC_INVALID_ARGUMENT, "decode", str(exc))
 
     async def _read(self, request: web.Request, reply_type: str, held: list[int]) -> bytes | web.Response:
-        """The body, within ``body_timeout``, ``max_body_bytes`` and the in-flight byte budget
-        (``held[0]``: bytes reserved, given back by the caller); or the answer refusing it."""
+        """The body, within ``body_timeout``, ``max_body_bytes`` and the in-flight byte budget,
+        charged as its bytes arrive (``held[0]``: bytes charged, given back by the caller); or
+        the answer refusing it."""
         limit = self.settings.max_body_bytes
-        if request.content_length is not None:
-            if not self.budget.take(request.content_length):
-                return self._busy(request, reply_type)
-            held[0] = request.content_length
         chunks: list[bytes] = []
         size = 0
         try:
@@ -263,10 +319,9 @@ class HttpReceiver:
                         if size > limit:
                             return self._reject(request, reply_type, 413, _GRPC_RESOURCE_EXHAUSTED,
                                                 "too_large", f"body larger than {limit} bytes")
-                        if size > held[0]:
-                            if not self.budget.take(size - held[0]):
-                                return self._busy(request, reply_type)
-                            held[0] = size
+                        if not self.budget.take(len(chunk), held[0]):  # charged as received, not as declared
+                            return self._busy(request, reply_type)
+                        held[0] += len(chunk)
                         chunks.append(chunk)
                 finally:
                     self._reads.discard(deadline)
@@ -293,9 +348,11 @@ async def start(
     host: str, port: int, settings: ReceiverSettings, sink: SpanSink, stats: IngestStats,
     app: web.Application | None = None, *, limits: ListenerLimits | None = None,
     listeners: ListenerStats | None = None, log: RateLimitedLog | None = None, gate: IngestGate | None = None,
+    budget: ByteBudget | None = None,
 ) -> HttpReceiver:
     """Serve the receiver on ``host:port`` (0: a free port) behind ``limits``; its ``port`` is
-    the bound port.
+    the bound port. ``budget``: the in-flight byte budget shared with the gRPC receiver
+    (default: the receiver's own, of ``limits.max_inflight_bytes``).
 
     Request bodies are not decompressed by aiohttp: the receiver does it, to enforce the size
     limit on both the compressed and the decompressed body. Pass ``app`` to serve more routes
@@ -303,7 +360,7 @@ async def start(
     """
     limits = limits or ListenerLimits()
     log = log or RateLimitedLog(logging.getLogger("ragmon"))
-    receiver = HttpReceiver(settings, sink, stats, limits, log, gate)
+    receiver = HttpReceiver(settings, sink, stats, limits, log, gate, budget)
     app = app or web.Application()
     receiver.add_routes(app)
     receiver.listener = Listener(
