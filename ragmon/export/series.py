@@ -153,7 +153,9 @@ class DeferredFamily(Metric, Generic[M]):
     """A family whose samples are made on their first read: ``fill`` adds them to ``template``
     (an empty family of the right name and type) from data copied when the family was
     collected. Collecting is then a cheap copy on the event loop; the samples are built by
-    whoever reads them first, e.g. the worker thread that encodes a scrape."""
+    whoever reads them first, e.g. the worker thread that encodes a scrape. Read twice, it
+    gives the same samples; a first read from two threads at once is not safe (in-process
+    scrapes build them under a lock)."""
 
     def __init__(self, template: M, fill: Callable[[M], None]) -> None:
         super().__init__(template.name, template.documentation, template.type, template.unit)

@@ -5,9 +5,16 @@
 the format (Prometheus text, or OpenMetrics with exemplars) and applies the ``name[]`` filter.
 It encodes synchronously, so a scrape collects the families on the event loop one at a time
 (``collect_families``: each a cheap copy) and runs the handler over that snapshot in a worker
-thread: ingest and probes go on while a big scrape renders. aiohttp gzips the body (in its
-executor when large) when ``Accept-Encoding`` accepts gzip with a q-value above 0
-(``gzip_accepted``: aiohttp's own choice ignores q-values and prefers deflate).
+thread: ingest and probes go on while a big scrape renders. The same thread gzips the body
+when ``Accept-Encoding`` accepts gzip with a q-value above 0 (``gzip_accepted``: aiohttp's own
+choice ignores q-values and prefers deflate), so only the compressed answer is held.
+
+Memory (``ScrapeLimits``): a rendered answer is held until the client has read it, so answers
+are charged to a budget (``metrics.max_inflight_bytes``; one may always proceed alone): past it
+a scrape gets 503 + ``Retry-After`` before it is rendered, or once rendered if it does not fit.
+The answer is written in pieces, each waiting for the client to take the last (the socket's
+buffer holds at most one piece), within ``metrics.write_timeout``: a client that stops reading
+is cut off and its answer freed. Both are counted (``ScrapeStats``).
 
 ``metrics.token``, when set, is required as a bearer token on ``/metrics`` and ``/``
 (``bearer_guard``); ``/healthz`` and ``/readyz`` stay open (kubelet probes).
@@ -18,7 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
+import gzip
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -27,11 +37,19 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from ragmon import catalogue as cat
+from ragmon.config import MetricsConfig
 from ragmon.export.status import CSP
 from ragmon.receivers.auth import bearer_token_matches
+from ragmon.receivers.listeners import ByteBudget
 
 __all__ = [
+    "CUT",
+    "DROP_REASONS",
     "GUARDED_PATHS",
+    "PIECE_BYTES",
+    "ScrapeLimits",
+    "ScrapeStats",
     "bearer_guard",
     "collect_families",
     "gzip_accepted",
@@ -42,6 +60,42 @@ __all__ = [
 
 GUARDED_PATHS = frozenset({"/metrics", "/"})
 """Paths that need ``metrics.token`` when one is set."""
+CUT: web.ResponseKey[bool] = web.ResponseKey("ragmon_cut")
+"""Set on a ``/metrics`` answer cut off at ``metrics.write_timeout``."""
+PIECE_BYTES = 64 * 1024
+"""An answer is written this many bytes at a time, each after the client has taken the last."""
+DROP_REASONS = ("inflight_bytes", "write_timeout")
+"""``reason`` values of ``ragmon_scrapes_dropped_total``."""
+_METRICS = MetricsConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeLimits:
+    """``[metrics]`` bounds of answers being written: bytes held at once, time to write one."""
+
+    max_inflight_bytes: int = _METRICS.max_inflight_bytes
+    write_timeout: float = _METRICS.write_timeout
+
+    @classmethod
+    def from_config(cls, metrics: MetricsConfig) -> ScrapeLimits:
+        return cls(metrics.max_inflight_bytes, metrics.write_timeout)
+
+
+@dataclass(slots=True)
+class ScrapeStats:
+    """Answers dropped by reason, and the byte budget of answers being written."""
+
+    budget: ByteBudget
+    dropped: Counter[str] = field(default_factory=Counter)
+
+    def collect(self) -> Iterable[Metric]:
+        """``ragmon_scrapes_dropped_total{reason}`` and ``ragmon_scrape_bytes`` (for a ``StatsCollector``)."""
+        dropped = cat.SCRAPES_DROPPED.empty()
+        for reason in DROP_REASONS:
+            dropped.add_metric([reason], self.dropped[reason])
+        held = cat.SCRAPE_BYTES.empty()
+        held.add_metric([], self.budget.used)
+        return (dropped, held)
 
 
 class _Snapshot(Collector):
@@ -109,29 +163,85 @@ def _render(handler: Handler, request: web.Request) -> web.StreamResponse:
     raise RuntimeError("prometheus_client's aiohttp handler awaited: it cannot run in a worker thread")
 
 
+def _baked(handler: Handler, request: web.Request, compress: bool) -> tuple[int, dict[str, str], bytes]:
+    """The library's answer rendered in this thread (``_render``): status, headers, body; the
+    body gzipped here when ``compress`` (the uncompressed one is freed at once)."""
+    response = _render(handler, request)
+    assert isinstance(response, web.Response)
+    body = bytes(response.body or b"")  # type: ignore[arg-type]
+    headers = {key: value for key, value in response.headers.items() if key.lower() not in ("content-length", "content-encoding")}
+    if compress:
+        body = gzip.compress(body, compresslevel=6, mtime=0)
+        headers["Content-Encoding"] = "gzip"
+    return response.status, headers, body
+
+
+def _refusal(stats: ScrapeStats) -> web.Response:
+    stats.dropped["inflight_bytes"] += 1
+    return web.Response(
+        status=503, text="too many /metrics answers are being written; retry later\n", headers={"Retry-After": "1"},
+    )
+
+
+async def _write(request: web.Request, status: int, headers: dict[str, str], body: bytes,
+                 timeout: float, stats: ScrapeStats) -> web.StreamResponse:
+    """Write ``body`` a piece at a time within ``timeout`` seconds; cut the connection past it."""
+    response = web.StreamResponse(status=status, headers=headers)
+    response.content_length = len(body)
+    if request.method == "HEAD":
+        await response.prepare(request)
+        return response
+    view = memoryview(body)
+    try:
+        async with asyncio.timeout(timeout):
+            await response.prepare(request)
+            for start in range(0, len(view), PIECE_BYTES):
+                await response.write(view[start:start + PIECE_BYTES])  # waits while the socket's buffer is full
+            await response.write_eof()
+    except TimeoutError:
+        stats.dropped["write_timeout"] += 1
+        response[CUT] = True
+        if request.transport is not None:
+            request.transport.abort()  # frees what the socket still buffers
+    finally:
+        view.release()
+    return response
+
+
 def metrics_handler(
     registry: Collector, *, after_collect: Callable[[Sequence[Metric]], Awaitable[None]] | None = None,
-    quiet_gc: bool = False,
+    quiet_gc: bool = False, limits: ScrapeLimits | None = None, stats: ScrapeStats | None = None,
 ) -> Handler:
     """``/metrics`` for ``registry``: families collected on the loop, then prometheus_client's
-    handler over them in a worker thread; one scrape at a time. ``after_collect`` is awaited
-    with the collected families first. ``quiet_gc`` (for a process of ragmon's own:
-    ``ragmon run``) holds the cycle collector off while a scrape collects and renders: its
-    tens of thousands of short-lived objects, freed by reference counting, would otherwise
-    start full collections that stop the event loop for a quarter of a second."""
+    handler over them in a worker thread; one scrape at a time; the answer held within
+    ``limits`` and written as the client reads it (the module docstring), counted in ``stats``.
+    ``after_collect`` is awaited with the collected families first. ``quiet_gc`` (for a
+    process of ragmon's own: ``ragmon run``) holds the cycle collector off while a scrape
+    collects and renders: its tens of thousands of short-lived objects, freed by reference
+    counting, would otherwise start full collections that stop the event loop for a quarter of
+    a second."""
     scraping = asyncio.Lock()
+    limits = limits or ScrapeLimits()
+    stats = stats or ScrapeStats(ByteBudget(limits.max_inflight_bytes))
+    budget = stats.budget
 
     async def metrics(request: web.Request) -> web.StreamResponse:
+        if budget.used >= budget.limit:  # refused before the work of rendering
+            return _refusal(stats)
+        compress = gzip_accepted(request.headers.get("Accept-Encoding", ""))
         async with scraping, _gc_held(quiet_gc):
             families = await collect_families(registry)
             if after_collect is not None:
                 await after_collect(families)
             snapshot = snapshot_registry(families)
             library = make_aiohttp_handler(snapshot, disable_compression=True)
-            response = await asyncio.to_thread(_render, library, request)
-        if gzip_accepted(request.headers.get("Accept-Encoding", "")):
-            response.enable_compression(web.ContentCoding.gzip)
-        return response
+            status, headers, body = await asyncio.to_thread(_baked, library, request, compress)
+        if not budget.take(len(body)):
+            return _refusal(stats)
+        try:
+            return await _write(request, status, headers, body, limits.write_timeout, stats)
+        finally:
+            budget.give(len(body))
 
     return metrics
 
@@ -171,11 +281,12 @@ def bearer_guard(token: str, paths: Collection[str] = GUARDED_PATHS) -> Middlewa
 def metrics_app(
     registry: Collector, *, token: str, status_page: Callable[[], str], ready: Callable[[], bool],
     after_collect: Callable[[Sequence[Metric]], Awaitable[None]] | None = None, quiet_gc: bool = False,
+    limits: ScrapeLimits | None = None, stats: ScrapeStats | None = None,
 ) -> web.Application:
     """The aiohttp app serving ``/metrics`` (``metrics_handler``), ``/healthz``, ``/readyz``
     (``ready()``, else 503) and the status page ``/`` (``status_page()``, with a
     Content-Security-Policy that forbids loading anything), behind ``bearer_guard(token)``;
-    ``after_collect`` and ``quiet_gc`` as in ``metrics_handler``."""
+    ``after_collect``, ``quiet_gc``, ``limits`` and ``stats`` as in ``metrics_handler``."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -186,13 +297,16 @@ def metrics_app(
         return web.Response(text="ready\n")
 
     async def status(_: web.Request) -> web.Response:
+        page = status_page().encode("utf-8", "replace")  # text from traffic may hold a lone surrogate
         return web.Response(
-            text=status_page(), content_type="text/html",
+            body=page, content_type="text/html", charset="utf-8",
             headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
         )
 
     app = web.Application(middlewares=[bearer_guard(token)])
-    app.router.add_get("/metrics", metrics_handler(registry, after_collect=after_collect, quiet_gc=quiet_gc))
+    app.router.add_get("/metrics", metrics_handler(
+        registry, after_collect=after_collect, quiet_gc=quiet_gc, limits=limits, stats=stats,
+    ))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", status)
