@@ -44,7 +44,7 @@ from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.pipeline.queue import Pipeline
 from ragmon.receivers import otlp_grpc, otlp_http
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
-from ragmon.receivers.listeners import BACKLOG, Listener, ListenerLimits, ListenerStats
+from ragmon.receivers.listeners import BACKLOG, ByteBudget, Listener, ListenerLimits, ListenerStats
 from ragmon.receivers.ratelog import RateLimitedLog, held_back
 from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import RecordScores, final_ranking, price_calls, score_record
@@ -97,7 +97,7 @@ class _Lifecycle:
         ) -> web.StreamResponse:
             after_drain = self.drained.is_set()
             response = await handler(request)
-            if after_drain and request.path == "/metrics" and response.status == 200:
+            if after_drain and request.path == "/metrics" and response.status == 200 and server.CUT not in response:
                 await response.prepare(request)
                 await response.write_eof()
                 self.scraped.set()
@@ -137,7 +137,7 @@ class Sidecar:
         cfg = self.config
         self.registry = CollectorRegistry(auto_describe=True)
         self.ingest = IngestStats()
-        options = ConventionOptions.from_config(cfg.scoring)
+        options = ConventionOptions.from_config(cfg.scoring, cfg.traces)
         self.metrics = RagMetrics(
             self.registry,
             ks=cfg.scoring.k,
@@ -147,6 +147,7 @@ class Sidecar:
             max_series=cfg.metrics.max_series,
             clock=self.clock,
             wall=self.wall,
+            max_duration=cfg.traces.max_duration,
         )
         self.assembler = TraceAssembler.from_config(cfg.traces)
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
@@ -156,7 +157,8 @@ class Sidecar:
         self.probes = Probes.from_config(cfg, self.clock)
 
         self.feedback = Feedback(
-            FeedbackStore(cfg.feedback.retention, cfg.feedback.max_traces, max(cfg.scoring.k)), self.metrics,
+            FeedbackStore(cfg.feedback.retention, cfg.feedback.max_traces, max(cfg.scoring.k), cfg.feedback.max_bytes),
+            self.metrics,
             tuple(cfg.scoring.k), self.clock,
         )
         self.history = status.History(max_series=cfg.metrics.max_series)
@@ -193,6 +195,8 @@ class Sidecar:
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
         self.registry.register(StatsCollector(self.feedback.collect))
+        self.scrapes = server.ScrapeStats(ByteBudget(cfg.metrics.max_inflight_bytes))
+        """/metrics answers being written (their byte budget) and dropped."""
         self._workers = contextlib.AsyncExitStack()
         """The bounded-queue workers, entered by ``start`` and exited, newest first, by ``drain``."""
         self.started_at = self.wall()
@@ -221,6 +225,8 @@ class Sidecar:
             ready=lambda: self.worker is not None and not self.worker.done(),
             after_collect=self._sample_history,
             quiet_gc=self.own_process,
+            limits=server.ScrapeLimits.from_config(self.config.metrics),
+            stats=self.scrapes,
         )
 
     async def _sample_history(self, families: Sequence[Metric]) -> None:
@@ -314,6 +320,7 @@ class Sidecar:
         life = self._life
         life.caps = connection_caps(cfg, _open_files_limit())
         self.registry.register(StatsCollector(life.listeners.collect))
+        self.registry.register(StatsCollector(self.scrapes.collect))
         await self._workers.enter_async_context(self.judge)
         await self._workers.enter_async_context(self.pipeline)
         summary = self.summary
@@ -324,12 +331,15 @@ class Sidecar:
         else:
             summary.append("metrics off")
         limits = ListenerLimits.from_config(cfg.receiver, life.caps[0])
-        gate = IngestGate()  # shared: at most its slots of requests are worked on at once, whatever the protocol
+        # shared: at most its slots of requests are decoded at once, whatever the protocol, each
+        # within half the in-flight budget (decoding takes at most that budget again)
+        gate = IngestGate(slot_bytes=max(1, cfg.receiver.max_inflight_bytes // IngestGate.SLOTS))
+        budget = ByteBudget(cfg.receiver.max_inflight_bytes, self.clock)  # shared: bytes held, whatever the protocol
         http_address = parse_listen(cfg.receiver.http)
         if http_address is not None:
             life.http = await otlp_http.start(
                 *http_address, self.receiver_settings, self.pipeline, self.ingest,
-                limits=limits, listeners=life.listeners, log=life.log, gate=gate,
+                limits=limits, listeners=life.listeners, log=life.log, gate=gate, budget=budget,
             )
             life.http.feedback = self.feedback
             self.ports.http = life.http.port
@@ -340,6 +350,7 @@ class Sidecar:
         if grpc_address is not None:
             life.grpc, port = await otlp_grpc.start(
                 *grpc_address, self.receiver_settings, self.pipeline, self.ingest, limits=limits, log=life.log, gate=gate,
+                budget=budget,
             )
             self.ports.grpc = port
             summary.append(f"OTLP/gRPC on {grpc_address[0]}:{port}")
@@ -543,9 +554,44 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+"""glibc's ``mallopt`` parameters (malloc.h)."""
+MALLOC_ARENAS = 2
+MALLOC_MMAP_THRESHOLD = 128 * 1024
+MALLOC_TRIM_THRESHOLD = 1024 * 1024
+
+
+def tune_malloc() -> str:
+    """Make the C allocator give freed memory back, for ``ragmon run`` (glibc only; elsewhere
+    nothing changes). Request bodies, decoded batches and rendered scrapes are large and
+    short-lived, and some are made in worker threads: with glibc's defaults each thread gets
+    an arena of its own (up to 8 a core) and, once a large block has been freed, the threshold
+    for mapping large blocks rises up to 32 MiB, so later ones come from the arenas and their
+    freed pages stay in the process (peak RSS after a burst stayed high: docs/reliability.md).
+    Fixed: ``MALLOC_ARENAS`` arenas, blocks from ``MALLOC_MMAP_THRESHOLD`` mapped (and unmapped
+    when freed), free memory past ``MALLOC_TRIM_THRESHOLD`` at the top of the heap returned.
+    The environment's ``MALLOC_*_`` variables win. Says what it did, for the start-up line."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return "malloc as is"
+    for option, value, variable in (
+        (_M_ARENA_MAX, MALLOC_ARENAS, "MALLOC_ARENA_MAX"),
+        (_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
+        (_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_"),
+    ):
+        if variable not in os.environ and not mallopt(option, value):
+            return "malloc as is"
+    return f"malloc arenas {MALLOC_ARENAS}"
+
+
 def run(config: Config) -> int:
     """``ragmon run``: serve until SIGTERM or SIGINT; returns the exit code."""
+    malloc = tune_malloc()
     tune_gc()
     sys.setswitchinterval(SWITCH_INTERVAL)
     files = raise_open_files_limit()
-    return asyncio.run(_run(config, files))
+    return asyncio.run(_run(config, f"{files}; {malloc}"))

@@ -206,6 +206,11 @@ LABEL_VALUES_FOLDED = _counter("label_values_folded", "Observations whose label 
 LABEL_VALUES_TRUNCATED = _counter(
     "label_values_truncated", "Observations whose label value was cut to metrics.max_label_chars.", "label"
 )
+LABEL_VALUES_REPLACED = _counter(
+    "label_values_replaced",
+    "Observations whose label value had characters replaced by U+FFFD (lone surrogates, control and bidirectional-override characters).",
+    "label",
+)
 SERIES_FOLDED = _counter(
     "series_folded",
     "Observations that went to a family's 'other' series because its series budget (metrics.max_series) was full.",
@@ -213,6 +218,11 @@ SERIES_FOLDED = _counter(
 )
 WINDOW_SERIES = _gauge("window_series", "Series held by the rolling windows.", "store")
 WINDOW_DROPPED = _counter("window_dropped", "Observations the rolling windows discarded.", "store", "reason")
+DURATIONS_INVALID = _counter(
+    "durations_invalid",
+    "Spans whose duration was out of range (ended before they started, or lasted longer than traces.max_duration): no latency recorded, by stage.",
+    "stage",
+)
 
 # -- receivers (ragmon.receivers) ------------------------------------------------------------------
 
@@ -229,6 +239,12 @@ ATTRIBUTES_TRUNCATED = _counter(
     "(receiver.max_attribute_chars, nesting depth, events per span).",
     "protocol",
 )
+SCRAPES_DROPPED = _counter(
+    "scrapes_dropped",
+    "/metrics answers not delivered: refused (503) past metrics.max_inflight_bytes, or cut off past metrics.write_timeout.",
+    "reason",
+)
+SCRAPE_BYTES = _gauge("scrape_bytes", "Bytes of /metrics answers rendered and not yet written out.", unit="bytes")
 CONNECTIONS_OPEN = _gauge("connections_open", "Open connections, by listener.", "listener")
 CONNECTIONS_REFUSED = _counter(
     "connections_refused",
@@ -276,7 +292,19 @@ JUDGE_REQUESTS = _counter(
 JUDGE_COST_USD = _counter("judge_cost_usd", "USD spent on the judge's own tokens.", unit="usd")
 JUDGE_UNPRICED_TOKENS = _counter("judge_unpriced_tokens", "Judge tokens of a model with no known price.")
 JUDGE_CACHE_HITS = _counter("judge_cache_hits", "Judgements served from the cache (identical query, answer, contexts).")
+JUDGE_USAGE_ESTIMATED = _counter(
+    "judge_usage_estimated",
+    "Judge replies without a token count: their tokens were estimated from the prompt and reply sizes, priced and charged.",
+)
+JUDGE_DOCUMENTS_LEFT_OUT = _counter(
+    "judge_documents_left_out",
+    "Documents past judge.max_documents of the traces sent to the judge: not sent, never judged.",
+)
 JUDGE_QUEUE = _gauge("judge_queue", "Sampled traces waiting for a judge slot.")
+JUDGE_QUEUE_BYTES = _gauge(
+    "judge_queue_bytes", "Bytes held by the traces waiting for a judge slot (bounded by judge.max_queue_bytes).",
+    unit="bytes",
+)
 JUDGE_IN_FLIGHT = _gauge("judge_in_flight", "Judge calls in progress.")
 JUDGE_BREAKER_OPEN = _gauge("judge_breaker_open", "1 while the circuit breaker stops judge calls.")
 JUDGE_INFO = _gauge("judge_info", "Which judge runs: llm (an endpoint) or lexical.", "judge")
@@ -307,12 +335,12 @@ PROBE_TRACES_PENDING = _gauge("probe_traces_pending", "Probe trace ids awaiting 
 FEEDBACK = _counter(
     "feedback",
     "POST /v1/feedback bodies by outcome: accepted, invalid (400), unknown_trace and expired (404), "
-    "duplicate (409: relevance already given for the trace).",
+    "duplicate (409: relevance, or a score of that name, already given for the trace), limited (409: scores of 8 names already given).",
     "outcome",
 )
 FEEDBACK_TRACES = _gauge("feedback_traces", "Scored RAG traces kept joinable by feedback.")
 FEEDBACK_TRACES_BYTES = _gauge(
-    "feedback_traces_bytes", "Bytes of the traces kept for feedback: their strings, plus 192 per trace.", unit="bytes",
+    "feedback_traces_bytes", "Bytes of the traces kept for feedback: their strings, plus 200 per trace.", unit="bytes",
 )
 FEEDBACK_TRACES_DROPPED = _counter(
     "feedback_traces_dropped",
@@ -325,14 +353,15 @@ CATALOGUE: Final[tuple[Family, ...]] = (
     RETRIEVAL_QUERIES, RETRIEVAL_UNLABELLED, RETRIEVAL_HITS, RETRIEVAL_RECIPROCAL_RANK, RETRIEVAL_RECALL,
     RETRIEVAL_PRECISION, RETRIEVAL_NDCG, *SCORE_HISTOGRAMS.values(), TOXIC_ANSWERS, USER_FEEDBACK, BUILD_INFO,
     *MEAN_GAUGES, LATENCY, WINDOW_SAMPLES,
-    LABEL_VALUES_FOLDED, LABEL_VALUES_TRUNCATED, SERIES_FOLDED, WINDOW_SERIES, WINDOW_DROPPED,
+    LABEL_VALUES_FOLDED, LABEL_VALUES_TRUNCATED, LABEL_VALUES_REPLACED, SERIES_FOLDED, WINDOW_SERIES, WINDOW_DROPPED, DURATIONS_INVALID,
     SPANS_RECEIVED, SPANS_REJECTED, REQUESTS_REJECTED, ATTRIBUTES_TRUNCATED,
-    CONNECTIONS_OPEN, CONNECTIONS_REFUSED, CONNECTIONS_CLOSED,
+    CONNECTIONS_OPEN, CONNECTIONS_REFUSED, CONNECTIONS_CLOSED, SCRAPES_DROPPED, SCRAPE_BYTES,
     TRACES_FINISHED, TRACES_EVICTED, TRACES_PENDING, SPANS_PENDING, SPAN_BYTES_PENDING, SPANS_ASSEMBLED,
     SPANS_LATE, SPANS_DROPPED,
     QUEUE_SPANS, QUEUE_BYTES, QUEUE_CAPACITY_SPANS, TRACES_IGNORED, DROPPED, TRACES_WITHOUT_CONTENT,
-    JUDGE_REQUESTS, JUDGE_COST_USD, JUDGE_UNPRICED_TOKENS, JUDGE_CACHE_HITS, JUDGE_QUEUE, JUDGE_IN_FLIGHT,
-    JUDGE_BREAKER_OPEN, JUDGE_INFO, JUDGE_LEXICAL, APP_EVALUATIONS, EVALUATIONS_EXPORTED,
+    JUDGE_REQUESTS, JUDGE_COST_USD, JUDGE_UNPRICED_TOKENS, JUDGE_USAGE_ESTIMATED, JUDGE_CACHE_HITS,
+    JUDGE_DOCUMENTS_LEFT_OUT, JUDGE_QUEUE, JUDGE_QUEUE_BYTES, JUDGE_IN_FLIGHT, JUDGE_BREAKER_OPEN,
+    JUDGE_INFO, JUDGE_LEXICAL, APP_EVALUATIONS, EVALUATIONS_EXPORTED,
     PROBE_REQUESTS, PROBE_DURATION, PROBE_TRACES, PROBE_TRACES_PENDING,
     FEEDBACK, FEEDBACK_TRACES, FEEDBACK_TRACES_BYTES, FEEDBACK_TRACES_DROPPED,
 )

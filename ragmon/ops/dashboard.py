@@ -303,6 +303,8 @@ def _judge() -> list[Panel]:
         (_rate(cat.JUDGE_CACHE_HITS.total), "cache hits"),
         (_rate(cat.JUDGE_LEXICAL.total), "lexical estimates"),
         (_rate(cat.APP_EVALUATIONS.total), "app evaluations"),
+        (_rate(cat.JUDGE_USAGE_ESTIMATED.total), "usage estimated"),
+        (_rate(cat.JUDGE_DOCUMENTS_LEFT_OUT.total), "documents left out"),
     ]
     state = [
         (f"sum ({cat.JUDGE_QUEUE.name})", "queued"),
@@ -311,7 +313,8 @@ def _judge() -> list[Panel]:
     ]
     return [
         _panel("Judgements / s", "Judge outcomes per evaluator, cache hits, lexical estimates, app evaluation "
-               "events.", _NUMBER, judgements, width=12),
+               "events, judge replies whose tokens were estimated (no usage), documents left out of judge "
+               "prompts (past judge.max_documents).", _NUMBER, judgements, width=12),
         _panel("Judge failure ratio", "Failed (error, timeout, invalid) / attempted LLM judge calls; no data "
                "while every sampled trace is skipped or cached.", _RATIO, [(_share(failed, attempted), "{{evaluator}}")],
                width=12),
@@ -373,13 +376,16 @@ def _ragmon() -> list[Panel]:
         (_rate(cat.DROPPED.total, "reason"), "traces unscored {{reason}}"),
         (_rate(cat.JUDGE_REQUESTS.total, "", 'outcome="dropped"'), "judgements dropped"),
         (_rate(cat.WINDOW_DROPPED.total, "store, reason"), "window {{store}} {{reason}}"),
+        (_rate(cat.SCRAPES_DROPPED.total, "reason"), "scrapes dropped {{reason}}"),
     ]
     late = [
         (_rate(cat.SPANS_LATE.total), "late spans"),
         (_rate(cat.LABEL_VALUES_FOLDED.total, "label"), "folded {{label}}"),
         (_rate(cat.ATTRIBUTES_TRUNCATED.total, "protocol"), "truncated {{protocol}}"),
         (_rate(cat.LABEL_VALUES_TRUNCATED.total, "label"), "label cut {{label}}"),
+        (_rate(cat.LABEL_VALUES_REPLACED.total, "label"), "label cleaned {{label}}"),
         (_rate(cat.SERIES_FOLDED.total, "metric"), "over budget {{metric}}"),
+        (_rate(cat.DURATIONS_INVALID.total, "stage"), "impossible duration {{stage}}"),
     ]
     connections = [
         (_per_replica(cat.CONNECTIONS_OPEN.name, "instance, listener"), "{{instance}} open {{listener}}"),
@@ -396,6 +402,8 @@ def _ragmon() -> list[Panel]:
     held_bytes = [
         (_per_replica(cat.QUEUE_BYTES.name), "{{instance}} queued"),
         (_per_replica(cat.SPAN_BYTES_PENDING.name), "{{instance}} pending"),
+        (_per_replica(cat.JUDGE_QUEUE_BYTES.name), "{{instance}} judge queue"),
+        (_per_replica(cat.SCRAPE_BYTES.name), "{{instance}} /metrics answers"),
     ]
     return [
         _panel("Spans / s", "Spans received by protocol and accepted into trace assembly.", _NUMBER, [
@@ -404,15 +412,18 @@ def _ragmon() -> list[Panel]:
         ]),
         _panel("Traces finished / s", "Why assembly finished traces (evicted: the pending cap was reached).", _NUMBER,
                [(_rate(cat.TRACES_FINISHED.total, "reason"), "{{reason}}")]),
-        _panel("Lost and refused / s", "Spans, requests, traces, judgements and window observations refused or dropped.",
+        _panel("Lost and refused / s", "Spans, requests, traces, judgements, window observations and /metrics answers "
+               "refused or dropped.",
                _NUMBER, lost),
         _panel("Late, folded, truncated / s", "Spans after their trace finished, label values folded into other, "
-               "attribute and label values cut, observations over a family's series budget.", _NUMBER, late, width=6),
+               "attribute and label values cut or cleaned, observations over a family's series budget, spans whose "
+               "duration was impossible (no latency recorded).", _NUMBER, late, width=6),
         _panel("Connections", "Open connections per listener and replica; connections refused at the cap and "
                "closed by ragmon (header timeout, evicted idle, malformed).", _NUMBER, connections, width=6),
         _panel("Queue and pending", "Ingest queue depth and capacity, spans and traces held by assembly, window "
                "series, per replica.", _NUMBER, held, width=6),
-        _panel("Held bytes", "Approximate bytes queued for ingest and held by assembly, per replica.", _BYTES,
+        _panel("Held bytes", "Approximate bytes queued for ingest, held by assembly and queued for the judge, and "
+               "/metrics answers being written, per replica.", _BYTES,
                held_bytes, width=6),
         _stat("Replicas by version", "ragmon replicas scraped, by version.", _NUMBER,
               (f"count by (version) ({cat.BUILD_INFO.name})", "{{version}}"), "value_and_name", width=6),
