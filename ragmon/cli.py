@@ -3,40 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from ragmon import __version__
 from ragmon.config import Config, ScoringConfig, check_document_id_place, config_from_mapping, load_config
 from ragmon.errors import ConfigError, InputError, RagmonError, UsageError
 from ragmon.groundtruth.relevance import read_golden_queries
+from ragmon.judge.endpoint import mask_credentials
 from ragmon.offline.cache import DEFAULT_CACHE
 from ragmon.offline.compare import compare_runs, index_run
 from ragmon.offline.evaluate import evaluate, parse_ks, parse_threshold
-from ragmon.offline.files import read_records
+from ragmon.offline.evaluate import NO_IDS
+from ragmon.offline.files import SCHEMA_CHOICES, read_records
 from ragmon.offline.generation import GENERATION_METRICS, GenerationReport, lexical_estimates
 from ragmon.offline.records import EvalRecord, Qrels, read_qrels
+from ragmon.offline.agreement import HumanLabels, read_human_labels
+from ragmon.offline.per_record import RecordResult, judge_agreement, record_json, record_results
 from ragmon.offline.report import FORMATS, render_compare, render_eval
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE, EXIT_JUDGE = 0, 1, 2, 3
+"""Exit codes: passed; a threshold failed; bad input or usage; judgements failed beyond
+``--max-judge-failures`` (a run whose judge failed must not pass for one whose answers did)."""
 QUIET_LOGGERS = ("openai", "httpx", "httpx2", "httpcore", "httpcore2", "h11", "urllib3", "grpc")
 """Client libraries whose lower levels log content (prompts, replies, headers, URLs with
 credentials): set to WARNING at least, whatever ``--log-level`` says, so they do not even format
 those lines. The handler's filter (``LogHygiene``) is what keeps them out for any library."""
-_CREDENTIALS = re.compile(r"(://[^\s/@:]*):[^\s/@]*@")
-"""The password of a URL's ``user:password@``."""
-
-
-def mask_credentials(text: str) -> str:
-    """``text`` with every URL's password replaced by ``***``."""
-    return _CREDENTIALS.sub(r"\1:***@", text)
 
 
 class LogHygiene(logging.Filter):
@@ -84,6 +83,7 @@ def _build_parser() -> _Parser:
         p.add_argument("--k", default=k, metavar="K,…", help=f"cut-offs (default {k})")
         p.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
         places = ",".join(ScoringConfig().document_id)
+        p.add_argument("--schema", choices=SCHEMA_CHOICES, default="auto", help="the keys of record files: ragmon's, Ragas's (0.1 or 0.2+) or DeepEval's (default auto: told from each file's first record)")
         p.add_argument("--document-id", default=places, metavar="PLACE,…", help=f"for OTLP/JSON trace dumps: where document ids come from, in order (default {places}; e.g. metadata.doc_id,document.id)")
 
     def judging(p: argparse.ArgumentParser) -> None:
@@ -95,12 +95,17 @@ def _build_parser() -> _Parser:
         g.add_argument("--judge-concurrency", type=int, metavar="N", help="calls in flight (default [judge] concurrency)")
         g.add_argument("--cache", default=DEFAULT_CACHE, metavar="FILE", help=f"judgements by content, so a re-run costs nothing (default {DEFAULT_CACHE})")
         g.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+        g.add_argument("--max-judge-failures", metavar="N|P%", help=f"records whose judgement may fail (the endpoint down, a timeout, an invalid reply, the budget) before the run exits {EXIT_JUDGE}: a count, or a share of the records judged (default 0; a run where no judgement succeeded fails whatever this says)")
 
-    ev = commands.add_parser("eval", help="score JSONL files of RAG records", description="Score JSONL files of RAG records (one run). Exit 1 when a --fail-under threshold fails, 2 on bad input.")
+    ev = commands.add_parser("eval", help="score files of RAG records or TREC runs", description="Score files of RAG records (one run): JSON Lines, a JSON array, CSV or Parquet, in ragmon's, Ragas's or DeepEval's keys; TREC run files; OTLP/JSON trace dumps. Exit 1 when a --fail-under threshold fails, 2 on bad input, 3 when judgements failed beyond --max-judge-failures.")
     ev.add_argument("files", nargs="+", metavar="FILE")
     common(ev)
     ev.add_argument("--fail-under", action="append", default=[], metavar="METRIC@K=VALUE", help="fail (exit 1) when the mean is below VALUE, e.g. hit_rate@5=0.8, mrr=0.5 or faithfulness=0.8 (with --judge); repeatable")
     ev.add_argument("--fail-over", action="append", default=[], metavar="METRIC=VALUE", help="fail (exit 1) when the mean is above VALUE, for a metric where higher is worse (e.g. the judge's toxicity); repeatable")
+    ev.add_argument("--records", metavar="FILE", help="write one JSON object per record (JSON Lines): its score per metric or why it has none, the judge's verdict details, its human labels (with --human)")
+    ev.add_argument("--worst", type=int, default=5, metavar="N", help="the table and markdown reports end with the N worst records per judged metric (default 5; 0: none)")
+    ev.add_argument("--human", metavar="LABELS", help="JSONL of human labels (record, and per metric a 0/1 label or a score in [0, 1]): report the judge's agreement with them (needs --judge)")
+    ev.add_argument("--human-threshold", type=float, default=0.5, metavar="T", help="for 0/1 labels, a judge's score >= T counts as 1 (default 0.5)")
     judging(ev)
 
     cmp = commands.add_parser("compare", help="compare two runs of the same queries", description="Compare two runs of the same queries: means on their common queries, difference B − A, paired randomization-test p-value and bootstrap 95%% CI.")
@@ -231,10 +236,15 @@ def _document_id(text: str) -> tuple[str, ...]:
     return places
 
 
-def _read_run(paths: Sequence[str], progress: bool, document_id: tuple[str, ...]) -> list[EvalRecord]:
+def _read_run(paths: Sequence[str], progress: bool, document_id: tuple[str, ...], args: argparse.Namespace) -> list[EvalRecord]:
+    """The records of ``paths`` as one run; a warning line on stderr per file and key ignored."""
+
+    def warn(message: str) -> None:
+        print(f"ragmon {args.command}: warning: {message}", file=sys.stderr)
+
     records: list[EvalRecord] = []
     for path in paths:
-        records.extend(read_records(path, progress=progress, document_id=document_id))
+        records.extend(read_records(path, progress=progress, document_id=document_id, schema=args.schema, warn=warn))
     return records
 
 
@@ -266,6 +276,7 @@ def _check_judge_flags(args: argparse.Namespace) -> None:
     given = [flag for flag, value in (
         ("--judge-model", args.judge_model), ("--judge-base-url", args.judge_base_url),
         ("--judge-concurrency", args.judge_concurrency), ("--config", args.config),
+        ("--max-judge-failures", args.max_judge_failures),
     ) if value is not None]
     if given:
         raise UsageError(f"{given[0]} needs --judge")
@@ -276,45 +287,107 @@ def _generation(args: argparse.Namespace, runs: Sequence[Sequence[EvalRecord]], 
     one concurrency cap, budget and cache), else the lexical estimates."""
     if not args.judge:
         return [lexical_estimates(run) for run in runs]
-    import asyncio
-
-    from ragmon.judge.client import JudgeClient, endpoint_from_config
-    from ragmon.offline.cache import JudgeCache
-    from ragmon.offline.judging import judge_records
-    from ragmon.scoring.pricing import Pricer
+    from ragmon.offline.session import judge_endpoint, judge_runs
 
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     judge = replace(config.judge, enabled=True, **_judge_flags(args))
-    if not (judge.base_url.strip() or os.environ.get("OPENAI_BASE_URL", "").strip() or os.environ.get(judge.api_key_env, "").strip()):
-        raise UsageError(f"--judge needs an endpoint: set {judge.api_key_env}, or --judge-base-url (or [judge] base_url, or OPENAI_BASE_URL)")
-    endpoint = endpoint_from_config(judge, os.environ)
-    assert endpoint is not None  # enabled=True always gives one
-    records = [r for run in runs for r in run]
-    cache = None if args.no_cache else JudgeCache(args.cache)
+    endpoint = judge_endpoint(judge, os.environ, "--judge", "--judge-base-url")
+    report, parts = judge_runs(runs, config, judge, endpoint, cache_path=None if args.no_cache else args.cache, progress=progress)
+    _judge_lines(args.command, report)
+    return parts
 
-    async def go() -> GenerationReport:
-        client = JudgeClient(endpoint, judge.model, judge.timeout)
-        return await judge_records(records, judge, client, Pricer.from_config(config), cache=cache, progress=progress)
 
-    try:
-        report = asyncio.run(go())
-    finally:
-        if cache is not None:
-            cache.close()
+def _judge_lines(command: str, report: GenerationReport) -> None:
+    """What the judge did, on stderr: exact counts, then each cause of failure once with its
+    count (the endpoint, the HTTP status or exception, its first message)."""
+    records, skipped = report.records, report.nothing_to_judge
     cost = f"${report.cost_usd:.4f}" + (f" + {report.unpriced_tokens} unpriced tokens" if report.unpriced_tokens else "")
     print(
-        f"ragmon {args.command}: judge {report.model}: {report.judged} record(s) sent, {report.cached} from the cache; "
-        f"{cost}, {report.input_tokens} input + {report.output_tokens} output tokens",
+        f"ragmon {command}: judge {report.model} at {report.endpoint}: {records} record(s): {report.judged} tried, "
+        f"{report.answered} answered, {report.cached} from the cache, {report.failed_records} failed, "
+        f"{skipped} with nothing to judge; {cost}, {report.input_tokens} input + {report.output_tokens} output tokens",
         file=sys.stderr,
     )
-    failed = {m.key: m.failures for m in report.metrics if m.failures}
-    if failed:
-        listed = ", ".join(f"{k} {n}" for k, n in failed.items())
-        print(f"ragmon {args.command}: judgements failed (records per metric: {listed}); never scored, see the report", file=sys.stderr)
-    return report.split([len(run) for run in runs])
+    for line in report.cause_lines():
+        print(f"ragmon {command}: judge failed for {line}", file=sys.stderr)
+
+
+def _max_failures(args: argparse.Namespace) -> str:
+    """``--max-judge-failures`` as given, ``"0"`` when not."""
+    return "0" if args.max_judge_failures is None else str(args.max_judge_failures)
+
+
+def _allowed_failures(text: str, judged: int) -> int:
+    """``--max-judge-failures``: a count, or a percentage of the records judged (rounded down)."""
+    spec = text.strip()
+    try:
+        if spec.endswith("%"):
+            share = float(spec[:-1])
+            if not 0.0 <= share <= 100.0:
+                raise ValueError
+            return int(judged * share / 100.0)
+        count = int(spec)
+        if count < 0:
+            raise ValueError
+        return count
+    except ValueError:
+        raise UsageError(f"--max-judge-failures takes a count >= 0 or a percentage such as 5%, got {text!r}") from None
+
+
+def _judge_verdict(command: str, args: argparse.Namespace, reports: Sequence[GenerationReport]) -> int | None:
+    """``EXIT_JUDGE`` (and one FAIL line) when judgements failed beyond ``--max-judge-failures``,
+    or when no judgement succeeded at all; else None."""
+    judged = [r for r in reports if r.mode == "llm"]
+    if not judged:
+        return None
+    failed = sum(r.failed_records for r in judged)
+    wanted = sum(r.records - r.nothing_to_judge for r in judged)
+    spec = _max_failures(args)
+    allowed = _allowed_failures(spec, wanted)
+    none_judged = wanted > 0 and failed == wanted
+    if failed > allowed or none_judged:
+        why = ("no judgement succeeded" if none_judged and failed <= allowed
+               else f"more than --max-judge-failures {spec} allows ({allowed})")
+        print(f"ragmon {command}: FAIL judge: {failed} of {wanted} record(s) not judged: {why}; the causes are above", file=sys.stderr)
+        return EXIT_JUDGE
+    return None
+
+
+def _human(args: argparse.Namespace) -> HumanLabels | None:
+    """``--human``'s labels, read before any judge call; usage errors for its flags."""
+    if args.worst < 0:
+        raise UsageError(f"--worst takes a count >= 0, got {args.worst}")
+    if not 0.0 <= args.human_threshold <= 1.0:
+        raise UsageError(f"--human-threshold takes a number in [0, 1], got {args.human_threshold:g}")
+    if args.human is None:
+        return None
+    if not args.judge:
+        raise UsageError("--human needs --judge (agreement is the judge's with the labels)")
+    return read_human_labels(args.human)
+
+
+def _open_records(path: str | None) -> TextIO | None:
+    """``--records``' file, opened before any judge call so a wrong path costs nothing."""
+    if path is None:
+        return None
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--records {path}: {exc.strerror or exc}") from None
+
+
+def _write_records(out: TextIO, results: Sequence[RecordResult], human: HumanLabels | None) -> None:
+    """``--records``: one JSON object per record; ``UsageError`` when the file cannot be written."""
+    try:
+        with out:
+            for result in results:
+                labels = None if human is None else human.records.get(str(result.record))
+                out.write(json.dumps(record_json(result, labels), ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise UsageError(f"--records {out.name}: {exc.strerror or exc}") from None
 
 
 def _eval(args: argparse.Namespace, progress: bool) -> int:
@@ -322,18 +395,35 @@ def _eval(args: argparse.Namespace, progress: bool) -> int:
     thresholds = [parse_threshold(t) for t in args.fail_under] + [parse_threshold(t, above=True) for t in args.fail_over]
     _check_judge_flags(args)
     qrels = _qrels(args.qrels, progress)
-    records = _read_run(args.files, progress, _document_id(args.document_id))
+    records = _read_run(args.files, progress, _document_id(args.document_id), args)
+    if args.judge:
+        _allowed_failures(_max_failures(args), 0)  # a bad value is a usage error before any call
+    human = _human(args)
+    records_out = _open_records(args.records)
     [generation] = _generation(args, [records], progress)
     report = evaluate(args.files, records, qrels, ks, thresholds, generation)
-    print(render_eval(report, args.format))
+    results = list(record_results(report, records))
+    agreement = None
+    if human is not None:
+        agreement, left_out = judge_agreement(results, human, args.human_threshold)
+        for metric, (unscored, unknown) in left_out.items():
+            if unscored or unknown:
+                print(f"ragmon eval: warning: {metric}: of the labelled records, {unscored} have no judge's score "
+                      f"and {unknown} are not in the run (matched by query_id, else line): left out", file=sys.stderr)
+    if records_out is not None:
+        _write_records(records_out, results, human)
+    print(render_eval(report, args.format, results=results, worst_count=args.worst, agreement=agreement))
     for result in report.thresholds:
         if not result.passed:
             t = result.threshold
-            if result.value is None and t.key in GENERATION_METRICS:
+            if result.value is None and (t.key in GENERATION_METRICS or result.why_none == NO_IDS):
                 print(f"ragmon eval: FAIL {t.key}: {result.why_none}", file=sys.stderr)
             else:
                 value = "no scored query" if result.value is None else f"{result.value:.4f}"
                 print(f"ragmon eval: FAIL {t.key} = {value} {t.breaks} {t.limit:g}", file=sys.stderr)
+    judge = _judge_verdict("eval", args, [generation])
+    if judge is not None:
+        return judge
     return EXIT_OK if report.passed else EXIT_THRESHOLD
 
 
@@ -344,16 +434,19 @@ def _compare(args: argparse.Namespace, progress: bool) -> int:
     _check_judge_flags(args)
     qrels = _qrels(args.qrels, progress)
     places = _document_id(args.document_id)
-    run_a = _read_run([args.a], progress, places)
-    run_b = _read_run([args.b], progress, places)
+    run_a = _read_run([args.a], progress, places, args)
+    run_b = _read_run([args.b], progress, places, args)
     index_run(run_a), index_run(run_b)  # a repeated query is an error before any judge call
+    if args.judge:
+        _allowed_failures(_max_failures(args), 0)
     generation_a, generation_b = _generation(args, [run_a, run_b], progress)
     comparison = compare_runs(
         args.a, run_a, args.b, run_b, qrels, ks, resamples=args.resamples, seed=args.seed,
         generation_a=generation_a, generation_b=generation_b,
     )
     print(render_compare(comparison, args.format))
-    return EXIT_OK
+    judge = _judge_verdict("compare", args, [generation_a, generation_b])
+    return EXIT_OK if judge is None else judge
 
 
 def main(argv: Sequence[str] | None = None) -> int:

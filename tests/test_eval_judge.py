@@ -116,10 +116,10 @@ def test_exact_means_one_call_per_record(server: JudgeServer, tmp_path: Path) ->
     assert set(out["judged"]) == set(EVALUATORS) and all(k in out["metrics"] for k in EVALUATORS)
     for counts in out["judged"].values():
         assert counts["scored"] + counts["failed"] + counts["skipped"] == 3
-    assert out["judge"] == {"model": "judge-model"}
+    assert out["judge"] == {"model": "judge-model", "endpoint": server.base_url, "failed_records": 0, "causes": []}
     assert stderr == (
-        "ragmon eval: judge judge-model: 2 record(s) sent, 0 from the cache; $0.0000 + 240 unpriced tokens, "
-        "200 input + 40 output tokens\n"
+        f"ragmon eval: judge judge-model at {server.base_url}: 3 record(s): 2 tried, 2 answered, 0 from the cache, "
+        "0 failed, 1 with nothing to judge; $0.0000 + 240 unpriced tokens, 200 input + 40 output tokens\n"
     )
     assert "estimates" not in out  # judged runs carry no lexical estimate
 
@@ -140,7 +140,7 @@ def test_cache_second_run_makes_no_call_and_same_output(server: JudgeServer, tmp
     second = ragmon("eval", run, *judge_args(server, tmp_path), "--format", "json")
     assert len(server.requests) == calls  # nothing was asked again
     assert second.stdout == first.stdout
-    assert "0 record(s) sent, 2 from the cache; $0.0000" in second.stderr
+    assert "3 record(s): 0 tried, 0 answered, 2 from the cache, 0 failed, 1 with nothing to judge; $0.0000" in second.stderr
     table_1 = ragmon("eval", run, *judge_args(server, tmp_path))
     table_2 = ragmon("eval", run, *judge_args(server, tmp_path))
     assert len(server.requests) == calls and table_1.stdout == table_2.stdout
@@ -163,7 +163,7 @@ def test_failures_mid_run_are_counted_never_scored(server: JudgeServer, tmp_path
     faults = (status(500), delay(3.0), reply("this is not JSON"))  # then two good verdicts
     server.script(*faults)
     args = judge_args(server, tmp_path, "--config", cfg, "--judge-concurrency", "1")
-    result = ragmon("eval", run, *args, "--format", "json")
+    result = ragmon("eval", run, *args, "--format", "json", "--max-judge-failures", "3")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     for key in ("faithfulness", "answer_relevance", "context_relevance"):
@@ -171,12 +171,29 @@ def test_failures_mid_run_are_counted_never_scored(server: JudgeServer, tmp_path
         assert out["judged"][key]["failures"] == {"error": 1, "invalid": 1, "timeout": 1}
         assert out["judged"][key]["failed"] == 3
     assert out["metrics"]["faithfulness"] == 0.0 and out["metrics"]["answer_relevance"] == 0.0
-    assert "judgements failed" in result.stderr and "Traceback" not in result.stderr
+    assert out["judge"]["failed_records"] == 3 and out["judge"]["causes"] == [
+        {"failure": "error", "cause": "judge endpoint answered 500: scripted error", "records": 1},
+        {"failure": "timeout", "cause": "no answer within judge.timeout (1s)", "records": 1},
+        {"failure": "invalid", "cause": "invalid reply: no JSON object in reply", "records": 1},
+    ]
+    assert result.stderr.splitlines() == [
+        f"ragmon eval: judge judge-model at {server.base_url}: 5 record(s): 5 tried, 3 answered, 0 from the cache, "
+        "3 failed, 0 with nothing to judge; $0.0000 + 360 unpriced tokens, 300 input + 60 output tokens",
+        f"ragmon eval: judge failed for 1 record(s) (error): {server.base_url}: judge endpoint answered 500: scripted error",
+        f"ragmon eval: judge failed for 1 record(s) (timeout): {server.base_url}: no answer within judge.timeout (1s)",
+        f"ragmon eval: judge failed for 1 record(s) (invalid): {server.base_url}: invalid reply: no JSON object in reply",
+    ]
     assert len(server.requests) == 5
     server.script(*faults)
     table = ragmon("eval", run, *args, "--no-cache")
+    assert table.returncode == 3  # without --max-judge-failures, one failure fails the run
+    assert table.stderr.endswith(
+        "ragmon eval: FAIL judge: 3 of 5 record(s) not judged: more than --max-judge-failures 0 allows (0); "
+        "the causes are above\n"
+    )
     assert len(server.requests) == 10
     assert re.search(r"faithfulness: failed error 1, invalid 1, timeout 1 \(never scored\)", table.stdout)
+    assert f"\njudge failed for 1 record(s) (error): {server.base_url}: judge endpoint answered 500: scripted error\n" in table.stdout
     assert re.search(r"faithfulness\s+0\.0000\s+2\s+3\s+0", table.stdout)
     # the failed three were not cached: a re-run asks for exactly those
     again, _ = judged_json("eval", run, *args)
@@ -195,7 +212,11 @@ def test_budget_exhausted_is_a_failure(server: JudgeServer, tmp_path: Path) -> N
     assert len(server.requests) == 0  # no call: spend never passes the budget
     assert out["judged"]["faithfulness"]["scored"] == 0
     assert out["judged"]["faithfulness"]["failures"] == {"budget": 4}
-    assert "0 record(s) sent, 0 from the cache; $0.0000," in result.stderr
+    assert result.returncode == 3
+    assert "4 record(s): 0 tried, 0 answered, 0 from the cache, 4 failed, 0 with nothing to judge; $0.0000," in result.stderr
+    assert (f"judge failed for 4 record(s) (budget): {server.base_url}: not sent: the call would pass judge.max_usd_per_hour"
+            in result.stderr)
+    assert "FAIL judge: 4 of 4 record(s) not judged: more than --max-judge-failures 0 allows (0)" in result.stderr
 
 
 def test_gate_exit_codes(server: JudgeServer, tmp_path: Path) -> None:
@@ -219,7 +240,7 @@ def test_gate_on_a_metric_no_record_scored(server: JudgeServer, tmp_path: Path) 
     server.script(status(500), status(500), status(500), status(500), status(500), status(500))
     failing = ragmon("eval", write_jsonl(tmp_path / "one.jsonl", RECORDS[1:2]), *judge_args(server, tmp_path),
                      "--no-cache", "--fail-under", "faithfulness=0.1")
-    assert failing.returncode == 1
+    assert failing.returncode == 3  # the judge failed: that, not the threshold, is the run's verdict
     assert "no record was scored for faithfulness (1 failed, 0 skipped)" in failing.stderr
 
 
@@ -332,7 +353,7 @@ def test_compare_judged_metrics_paired_by_query(server: JudgeServer, tmp_path: P
     b = write_jsonl(tmp_path / "b.jsonl", [{**base, "query_id": f"q{i}", **(good if i < 4 else bad)} for i in range(6)])
     args = judge_args(server, tmp_path, "--judge-concurrency", "1")
     out, stderr = judged_json("compare", a, b, *args)
-    assert "ragmon compare: judge judge-model: 2 record(s) sent, 11 from the cache" in stderr
+    assert f"ragmon compare: judge judge-model at {server.base_url}: 13 record(s): 2 tried, 2 answered, 11 from the cache" in stderr
     assert len(server.requests) == 2  # 13 records, two distinct contents: the judge's cache answers the rest
     f = out["metrics"]["faithfulness"]
     assert f["pairs"] == 6 and f["a"] == 0.0 and f["b"] == pytest.approx(4 / 6 * 2 / 3)

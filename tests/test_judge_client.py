@@ -287,3 +287,22 @@ def test_error_messages_carry_no_server_text() -> None:
         "judge endpoint answered 500", "judge endpoint answered 404", "judge reply is not JSON",
         "judge connection failed (RemoteProtocolError)",
     ]
+
+
+def test_status_detail_is_the_endpoints_own_message() -> None:
+    """``detail`` of a status error: the error object's ``message``, else the body's text without
+    the client's ``Error code: N -`` prefix (a proxy's plain-text 502)."""
+    import httpx2
+    import openai
+
+    from ragmon.judge.client import _translate
+
+    request = httpx2.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
+    plain = httpx2.Response(502, request=request, text="Bad gateway from the proxy")
+    text = _translate(openai.InternalServerError("Error code: 502 - Bad gateway from the proxy", response=plain,
+                                                 body="Bad gateway from the proxy"))
+    assert (str(text), text.detail, text.status) == ("judge endpoint answered 502", "Bad gateway from the proxy", 502)
+    shaped = httpx2.Response(429, request=request, json={"error": {"message": "Rate limit reached"}})
+    limited = _translate(openai.RateLimitError("Error code: 429 - {...}", response=shaped,
+                                               body={"error": {"message": "Rate limit reached"}}))
+    assert (str(limited), limited.detail) == ("judge endpoint answered 429", "Rate limit reached")

@@ -36,7 +36,9 @@ def test_a_failed_judgement_names_its_evaluators_and_model_and_spent_no_tokens()
     server = JudgeServer()
     server.script(status(500))
     h = run(lambda h: judged(h, record()), server=server)
-    assert [j for _, j in h.results] == [Judgement(ALL, "error", None, 0, 0, None, MODEL)]
+    assert [j for _, j in h.results] == [
+        Judgement(ALL, "error", None, 0, 0, None, MODEL, cause="judge endpoint answered 500: scripted error", calls=1)
+    ]
 
 
 class _BrokenPricer(Pricer):
@@ -53,7 +55,9 @@ def test_a_bug_while_judging_counts_error_and_logs_its_type_and_frames_only(
 ) -> None:
     caplog.set_level(logging.ERROR, logger="ragmon")
     h = run(lambda h: judged(h, record(1), record(2)), cfg=config(concurrency=1), pricer=_BrokenPricer())
-    assert [j for _, j in h.results] == [Judgement(ALL, "error", None, 0, 0, None, MODEL)] * 2
+    assert [j for _, j in h.results] == [
+        Judgement(ALL, "error", None, 0, 0, None, MODEL, cause="a bug in ragmon (RuntimeError; logged)")
+    ] * 2
     assert {e: h.count("error", e) for e in ALL} == dict.fromkeys(ALL, 2)  # the worker went on
     errors = _ragmon_errors(caplog)
     assert len(errors) == 2
@@ -77,7 +81,13 @@ def test_endpoint_failures_and_an_open_breaker_are_not_logged_as_bugs(caplog: py
     h = run(scenario, cfg=config(concurrency=1, max_retries=1), server=server,
             breaker=CircuitBreaker(failure_threshold=2, cooldown=60.0))
     assert len(server.requests) == 3
-    assert [j for _, j in h.results] == [Judgement(ALL, "error", None, 0, 0, None, MODEL)] * 3
+    assert [j for _, j in h.results] == [
+        Judgement(ALL, "error", None, 0, 0, None, MODEL, cause="judge endpoint answered 422: scripted error", calls=1),
+        # the retry's answer is the one named: the last attempt's
+        Judgement(ALL, "error", None, 0, 0, None, MODEL, cause="judge endpoint answered 429: scripted error", calls=2),
+        Judgement(ALL, "error", None, 0, 0, None, MODEL,
+                  cause="not sent: the circuit breaker is open after repeated failures"),
+    ]
     assert _ragmon_errors(caplog) == []
 
 

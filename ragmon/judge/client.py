@@ -116,20 +116,59 @@ def _rejects_max_tokens(exc: openai.APIStatusError) -> bool:
     return exc.status_code == 400 and bool(_NOT_MAX_TOKENS.search(f"{exc.message} {exc.body!r}"))
 
 
+MAX_DETAIL_CHARS: Final = 200
+"""The longest first message kept of a failure (``JudgeCallError.detail``)."""
+
+
+def _first_line(text: object) -> str:
+    """The first line of ``text``, at most ``MAX_DETAIL_CHARS`` characters."""
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line[:MAX_DETAIL_CHARS] + ("…" if len(line) > MAX_DETAIL_CHARS else "")
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The innermost cause or context of ``exc`` (the refused connection under the HTTP
+    client's and the event loop's errors), at most 16 links down."""
+    for _ in range(16):
+        inner = exc.__cause__ or exc.__context__
+        if inner is None or inner is exc:
+            break
+        exc = inner
+    return exc
+
+
+def _said(exc: openai.APIStatusError) -> str:
+    """What the endpoint said: its error object's ``message``, else its body's text."""
+    body = exc.body
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    return _STATUS_PREFIX.sub("", exc.message)
+
+
+_STATUS_PREFIX: Final = re.compile(r"^Error code: \d+ - ")
+"""How ``openai`` begins a status error's message (the status is said already)."""
+
+
 def _translate(exc: openai.OpenAIError) -> JudgeCallError:
-    """The ``openai`` exception as one of ours."""
+    """The ``openai`` exception as one of ours: kind and status in the message (safe to log),
+    the server's or the connection's first message in ``detail``."""
     if isinstance(exc, openai.APITimeoutError):
         return JudgeTimeoutError("judge call timed out")
     if isinstance(exc, openai.APIConnectionError):
         if isinstance(exc.__cause__, _UnsafeReply):
             return JudgePermanentError(str(exc.__cause__))
-        return JudgeRetryableError(f"judge connection failed ({type(exc.__cause__ or exc).__name__})")
+        near, root = exc.__cause__ or exc, _root(exc)
+        said = _first_line(root)
+        detail = f"{type(root).__name__}: {said}" if said else type(root).__name__
+        return JudgeRetryableError(f"judge connection failed ({type(near).__name__})", detail=detail)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         message = f"judge endpoint answered {status}"  # its error text may echo the request
+        detail = _first_line(_said(exc))
         if status == 429 or status >= 500:
-            return JudgeRetryableError(message, status, _retry_after(exc.response.headers))
-        return JudgePermanentError(message, status)
+            return JudgeRetryableError(message, status, _retry_after(exc.response.headers), detail)
+        return JudgePermanentError(message, status, detail)
     return JudgePermanentError(f"judge call failed ({type(exc).__name__})")
 
 

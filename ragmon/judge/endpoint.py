@@ -4,16 +4,26 @@ unless an endpoint is configured; ``ragmon.judge.client`` makes the calls."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from ragmon.config import JudgeConfig, check_http_url
 
-__all__ = ["Completion", "JudgeEndpoint", "PLACEHOLDER_KEY", "endpoint_from_config"]
+__all__ = ["Completion", "JudgeEndpoint", "PLACEHOLDER_KEY", "endpoint_from_config", "mask_credentials"]
 
 PLACEHOLDER_KEY: Final = "ragmon-no-key"
 """Sent as the key to a configured ``base_url`` when no key is set (local servers need none)."""
+OPENAI_URL: Final = "https://api.openai.com/v1"
+"""Where the ``openai`` client calls without a base URL."""
+_CREDENTIALS: Final = re.compile(r"(://[^\s/@:]*):[^\s/@]*@")
+"""The password of a URL's ``user:password@``."""
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with every URL's password replaced by ``***``."""
+    return _CREDENTIALS.sub(r"\1:***@", text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +32,11 @@ class JudgeEndpoint:
 
     base_url: str | None
     api_key: str = field(repr=False)
+
+    @property
+    def shown(self) -> str:
+        """The URL called, as printed (a password in it masked)."""
+        return mask_credentials(self.base_url or OPENAI_URL)
 
 
 def endpoint_from_config(config: JudgeConfig, environ: Mapping[str, str]) -> JudgeEndpoint | None:

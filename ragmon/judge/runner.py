@@ -64,7 +64,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final, Literal, Protocol, TypeAlias, cast
+from typing import Final, Literal, NamedTuple, Protocol, TypeAlias, cast
 
 from ragmon.config import JudgeConfig
 from ragmon.judge.breaker import BreakerState, CircuitBreaker, backoff_delays
@@ -151,6 +151,28 @@ class Judgement:
     cost_usd: float | None
     model: str
     cached: bool = False
+    cause: str = ""
+    """Why a judgement failed, for a report (never logged by the sidecar): the last attempt's
+    kind, status and the endpoint's first message; an invalid reply's reason; why no call went
+    out. Empty for ``ok``."""
+    calls: int = 0
+    """Calls made for it (attempts that reached the client); 0 when none went out."""
+    verdicts: Verdicts | None = None
+    """The parsed verdicts behind ``scores``, kept only for a judge made with ``verdicts=True``
+    (``ragmon eval``'s per-record details; the sidecar keeps scores only)."""
+
+
+class _Called(NamedTuple):
+    """What ``Judge._call`` ends with: the completion (or ``None``), the outcome of the last
+    failed attempt, why, and how many attempts were made."""
+
+    completion: Completion | None
+    outcome: Literal["error", "timeout"]
+    cause: str
+    calls: int
+
+
+_BREAKER_OPEN: Final = "not sent: the circuit breaker is open after repeated failures"
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +268,9 @@ class Judge(Worker):
         backoff_base: float = 0.5,
         backoff_cap: float = 10.0,
         stop_timeout: float = 5.0,
+        verdicts: bool = False,
     ) -> None:
+        self._keep_verdicts = verdicts
         self._evaluators = tuple(
             e for e in _evaluators_from_config(config.evaluators)
             if config.send_documents or e not in _DOCUMENT_EVALUATORS
@@ -405,7 +429,7 @@ class Judge(Worker):
                 raise
             except Exception as exc:  # a bug must not kill the worker
                 _log_bug("judge worker failed on one record", exc)
-                judgement = self._failed(item, "error")
+                judgement = self._failed(item, "error", f"a bug in ragmon ({type(exc).__name__}; logged)")
             finally:
                 self._in_flight -= 1
                 if not self._in_flight:
@@ -418,20 +442,21 @@ class Judge(Worker):
 
     async def _judge(self, item: _Item) -> Judgement:
         if self._breaker.refusing(self._clock()):  # opened while the record waited: no prompt built
-            return self._failed(item, "error")
+            return self._failed(item, "error", _BREAKER_OPEN)
         request = await asyncio.to_thread(self._request, item)  # redaction and prompt: off the loop
         if request is None:  # redaction left nothing to judge
             _log.info("judge request not sent: nothing left to judge once redacted")
-            return self._failed(item, "error")
+            return self._failed(item, "error", "not sent: nothing left to judge once redacted")
         estimate = self._estimate(request)
         if estimate is not None and not self._admission.reserve(estimate, self._clock()):
-            return self._failed(item, "skipped_budget")
+            return self._failed(item, "skipped_budget", "not sent: the call would pass judge.max_usd_per_hour")
         self._documents_left_out += item.documents_left_out
         cost: float | None = None
         try:
-            completion = await self._call(request)
-            if isinstance(completion, str):
-                return self._failed(item, cast(Outcome, completion))
+            called = await self._call(request)
+            completion = called.completion
+            if completion is None:
+                return self._failed(item, called.outcome, called.cause, called.calls)
             input_tokens, output_tokens, cost = self._charge(completion, request)
         finally:
             if estimate is not None:
@@ -453,6 +478,9 @@ class Judge(Worker):
             output_tokens=output_tokens,
             cost_usd=cost,
             model=completion.model,
+            cause=f"invalid reply: {verdicts.reason}" if isinstance(verdicts, Invalid) else "",
+            calls=called.calls,
+            verdicts=verdicts if self._keep_verdicts and isinstance(verdicts, Verdicts) else None,
         )
 
     def _request(self, item: _Item) -> JudgeRequest | None:
@@ -472,23 +500,26 @@ class Judge(Worker):
         """The most ``request`` may cost: its prompt's estimated tokens and ``max_tokens`` out."""
         return self._price(request.input_tokens_estimate, request.max_tokens)
 
-    async def _call(self, request: JudgeRequest) -> Completion | Literal["error", "timeout"]:
-        """The completion, or the outcome of the last failed attempt."""
+    async def _call(self, request: JudgeRequest) -> _Called:
+        """The completion, or the outcome and cause of the last failed attempt; attempts made."""
         base, cap = self._backoff
         delays = backoff_delays(self._config.max_retries, base, cap, self._rng)
         outcome: Literal["error", "timeout"] = "error"
+        cause = _BREAKER_OPEN
+        calls = 0
         for attempt in range(self._config.max_retries + 1):
             if not self._breaker.allow(self._clock()):
-                return outcome
+                return _Called(None, outcome, cause if calls else _BREAKER_OPEN, calls)
+            calls += 1
             try:
                 async with asyncio.timeout(self._timeout):
                     completion = await self._client.complete(request)
             except (TimeoutError, JudgeTimeoutError):
                 self._breaker.failure(self._clock())
-                outcome = "timeout"
+                outcome, cause = "timeout", f"no answer within judge.timeout ({self._timeout:g}s)"
             except JudgeRetryableError as exc:
                 self._breaker.failure(self._clock())
-                outcome = "error"
+                outcome, cause = "error", _cause(exc)
                 _log.debug("judge call failed (retryable): %s", exc)
                 if exc.retry_after is not None and attempt < len(delays):
                     delays[attempt] = max(delays[attempt], min(exc.retry_after, cap))
@@ -498,13 +529,13 @@ class Judge(Worker):
                 else:
                     self._breaker.failure(self._clock())
                 _log.warning("judge call failed: %s", exc)
-                return "error"
+                return _Called(None, "error", _cause(exc), calls)
             else:
                 self._breaker.success(self._clock())
-                return completion
+                return _Called(completion, outcome, "", calls)
             if attempt < len(delays):
                 await asyncio.sleep(delays[attempt])
-        return outcome
+        return _Called(None, outcome, cause, calls)
 
     def _charge(self, completion: Completion, request: JudgeRequest) -> tuple[int, int, float | None]:
         """The reply's tokens (estimated where it reported none: a prompt is never 0 tokens, nor
@@ -526,8 +557,8 @@ class Judge(Worker):
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _failed(self, item: _Item, outcome: Outcome) -> Judgement:
-        return Judgement(item.evaluators, outcome, None, 0, 0, None, self._config.model)
+    def _failed(self, item: _Item, outcome: Outcome, cause: str = "", calls: int = 0) -> Judgement:
+        return Judgement(item.evaluators, outcome, None, 0, 0, None, self._config.model, cause=cause, calls=calls)
 
     def _count(self, evaluators: tuple[Evaluator, ...], outcome: Outcome) -> None:
         for evaluator in evaluators:
@@ -546,6 +577,11 @@ class Judge(Worker):
             self._on_result(record, judgement)
         except Exception as exc:
             _log_bug("judge on_result callback failed", exc)
+
+
+def _cause(exc: JudgeCallError) -> str:
+    """A failed call's cause for a report: its kind and status, then the first message."""
+    return f"{exc}: {exc.detail}" if exc.detail else str(exc)
 
 
 def _log_bug(what: str, exc: BaseException) -> None:

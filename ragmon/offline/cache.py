@@ -3,7 +3,8 @@
 A judgement is stored under ``cache_key``: sha256 over the judge model, the evaluators, a
 fingerprint of the prompts ragmon builds for them, and the content the judge is asked about
 (after redaction: query, answer, reference answer, documents), so any change to the content,
-the model, the evaluator set or the prompts is a miss. Only parsed verdicts are stored (their scores per evaluator); failures never are. The
+the model, the evaluator set or the prompts is a miss. Only parsed verdicts are stored (their scores per evaluator and their details,
+``ragmon.offline.details``); failures never are. The
 file is an SQLite database (stdlib ``sqlite3``; safe for several runs at once).
 """
 
@@ -20,6 +21,7 @@ from typing import Any, Final
 from ragmon.errors import UsageError
 from ragmon.judge.prompts import Evaluator, build_judge_request
 from ragmon.model import RagRecord, RetrievedDocument
+from ragmon.offline.details import Details
 
 __all__ = ["CACHE_NONCE", "DEFAULT_CACHE", "JudgeCache", "cache_key", "prompt_fingerprint"]
 
@@ -27,7 +29,8 @@ DEFAULT_CACHE: Final = os.path.join(".ragmon-cache", "judge.sqlite3")
 """Where ``ragmon eval --judge`` keeps judgements unless ``--cache`` says otherwise."""
 CACHE_NONCE: Final = "ragmoncachekey00"
 """The data-tag name of the sample request the prompts' fingerprint is computed from (never sent)."""
-_VERSION: Final = 1
+_VERSION: Final = 2
+"""Part of every key: 2 stores the verdicts' details beside the scores (version 1 entries are misses)."""
 _COMMIT_EVERY: Final = 32
 
 
@@ -84,8 +87,8 @@ class JudgeCache:
             raise UsageError(f"--cache {path}: cannot use it as the judge cache ({exc})") from None
         self._pending = 0
 
-    def get(self, key: str) -> dict[str, float | None] | None:
-        """The stored scores, or ``None`` on a miss (or an unreadable entry)."""
+    def get(self, key: str) -> tuple[dict[str, float | None], Details] | None:
+        """The stored scores and details, or ``None`` on a miss (or an unreadable entry)."""
         row = self._db.execute("SELECT scores FROM judgements WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -93,17 +96,19 @@ class JudgeCache:
             value = json.loads(row[0])
         except ValueError:
             return None
-        if not isinstance(value, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in value.values()
+        scores, details = (value.get("scores"), value.get("details")) if isinstance(value, dict) else (None, None)
+        if not isinstance(scores, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) or v is None for v in scores.values()
         ):
             return None
-        return {str(k): None if v is None else float(v) for k, v in value.items()}
+        if not isinstance(details, dict) or not all(isinstance(v, dict) for v in details.values()):
+            details = {}
+        return {str(k): None if v is None else float(v) for k, v in scores.items()}, details
 
-    def put(self, key: str, scores: Mapping[str, float | None]) -> None:
-        """Store scores (committed every few entries and at ``close``)."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO judgements (key, scores) VALUES (?, ?)", (key, json.dumps(dict(scores)))
-        )
+    def put(self, key: str, scores: Mapping[str, float | None], details: Details | None = None) -> None:
+        """Store scores and details (committed every few entries and at ``close``)."""
+        value = json.dumps({"scores": dict(scores), "details": details or {}}, ensure_ascii=False)
+        self._db.execute("INSERT OR REPLACE INTO judgements (key, scores) VALUES (?, ?)", (key, value))
         self._pending += 1
         if self._pending >= _COMMIT_EVERY:
             self._db.commit()

@@ -51,6 +51,9 @@ class Comparison:
     scored in both runs."""
     generation_a: GenerationReport | None = None
     generation_b: GenerationReport | None = None
+    not_applicable: tuple[str, ...] = ()
+    """Common queries left out of the retrieval metrics because one run or both carry no
+    document ids for them (still compared on generation metrics)."""
 
 
 def query_key(record: EvalRecord) -> str:
@@ -133,13 +136,15 @@ def compare_runs(
     generation_a: GenerationReport | None = None,
     generation_b: GenerationReport | None = None,
 ) -> Comparison:
-    """Score both runs, pair them on their common labelled queries and test each metric; with
+    """Score both runs, pair them on their common labelled queries (those without document ids
+    in either run are ``not_applicable``) and test each metric; with
     both runs' generation reports (aligned with ``run_a`` / ``run_b``), each generation metric
     too, on the common queries scored in both runs."""
     index_a, index_b = index_run(run_a), index_run(run_b)
     common = [key for key in index_a if key in index_b]
-    scores_a = score_records([index_a[k] for k in common], qrels, ks)
-    scores_b = score_records([index_b[k] for k in common], qrels, ks)
+    with_ids = [k for k in common if index_a[k].retrieved is not None and index_b[k].retrieved is not None]
+    scores_a = score_records([index_a[k] for k in with_ids], qrels, ks)
+    scores_b = score_records([index_b[k] for k in with_ids], qrels, ks)
     both = scores_a.labelled & scores_b.labelled
     keep_a = both[scores_a.labelled]
     keep_b = both[scores_b.labelled]
@@ -182,11 +187,12 @@ def compare_runs(
         common=paired,
         only_in_a=tuple(k for k in index_a if k not in index_b),
         only_in_b=tuple(k for k in index_b if k not in index_a),
-        unlabelled=tuple(k for k, ok in zip(common, both) if not ok),
+        unlabelled=tuple(k for k, ok in zip(with_ids, both) if not ok),
         resamples=resamples,
         seed=seed,
         metrics=metrics,
         generation=generation,
+        not_applicable=tuple(k for k in common if index_a[k].retrieved is None or index_b[k].retrieved is None),
         generation_a=generation_a,
         generation_b=generation_b,
     )

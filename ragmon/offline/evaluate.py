@@ -14,6 +14,7 @@ from ragmon.offline.records import EvalRecord, Qrels
 
 __all__ = [
     "HIGHER_IS_WORSE",
+    "NO_IDS",
     "Threshold",
     "ThresholdResult",
     "EvalReport",
@@ -28,6 +29,8 @@ __all__ = [
 
 HIGHER_IS_WORSE: Final = frozenset({"toxicity"})
 """Metrics gated with ``--fail-over`` only (an evaluator of the judge where 0 is best)."""
+NO_IDS: Final = "no record carries document ids"
+"""Why a retrieval metric has no value when every record lacks document ids."""
 
 
 def parse_ks(text: str) -> tuple[int, ...]:
@@ -126,6 +129,8 @@ class EvalReport:
     thresholds: tuple[ThresholdResult, ...]
     generation: GenerationReport | None = None
     """Judged generation metrics (``--judge``) or the lexical estimates."""
+    not_applicable: int = 0
+    """Records without document ids: their retrieval metrics are not applicable (not scored)."""
 
     @property
     def passed(self) -> bool:
@@ -143,9 +148,12 @@ def labels_for(record: EvalRecord, qrels: Qrels | None) -> dict[str, int]:
 
 
 def score_records(records: Sequence[EvalRecord], qrels: Qrels | None, ks: Iterable[int]) -> BatchScores:
-    """Score records with the batch metric core."""
+    """Score records with the batch metric core; records without document ids (retrieval not
+    applicable) are left out."""
     return score_queries(
-        [r.retrieved for r in records], [labels_for(r, qrels) for r in records], ks
+        [r.retrieved for r in records if r.retrieved is not None],
+        [labels_for(r, qrels) for r in records if r.retrieved is not None],
+        ks,
     )
 
 
@@ -176,12 +184,15 @@ def evaluate(
     generation: GenerationReport | None = None,
 ) -> EvalReport:
     """Score records at ``ks`` (plus any cut-off a threshold needs) and check the thresholds,
-    those on generation metrics against ``generation``."""
+    those on generation metrics against ``generation``. Records without document ids count as
+    ``not_applicable``; when no record has them, a retrieval threshold fails with ``NO_IDS``."""
     cutoffs = set(ks) | {t.k for t in thresholds if t.k is not None}
     scores = score_records(records, qrels, cutoffs)
     means = scores.means()
+    not_applicable = sum(1 for r in records if r.retrieved is None)
+    why = NO_IDS if records and not_applicable == len(records) else "no query was scored"
     results = tuple(
-        check_generation(t, generation) if t.key in GENERATION_METRICS else ThresholdResult(t, means[t.key])
+        check_generation(t, generation) if t.key in GENERATION_METRICS else ThresholdResult(t, means[t.key], why)
         for t in thresholds
     )
-    return EvalReport(tuple(files), len(records), scores, means, results, generation)
+    return EvalReport(tuple(files), len(records), scores, means, results, generation, not_applicable=not_applicable)

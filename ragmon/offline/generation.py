@@ -14,9 +14,9 @@ the offline lexical estimate made without ``--judge`` is ``faithfulness_lexical`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from ragmon.judge.lexical import lexical_faithfulness
 from ragmon.judge.prompts import EVALUATORS
@@ -48,11 +48,16 @@ Mode: TypeAlias = Literal["llm", "lexical"]
 
 @dataclass(frozen=True, slots=True)
 class RecordOutcome:
-    """One record, one metric: exactly one of ``score``, ``failure``, ``skip`` is set."""
+    """One record, one metric: exactly one of ``score``, ``failure``, ``skip`` is set; a
+    failure says why in ``cause`` (the endpoint's status or error and first message, an invalid
+    reply's reason, why no call went out)."""
 
     score: float | None = None
     failure: str | None = None
     skip: str | None = None
+    cause: str = ""
+    detail: Mapping[str, Any] | None = None
+    """The judge's verdict behind a score (``ragmon.offline.details``); ``None`` otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,17 +113,53 @@ class GenerationReport:
     model: str | None = None
     """The judge model (``llm`` only)."""
     judged: int = 0
-    """Records sent to the judge this run (a call made, whatever its outcome)."""
+    """Records sent to the judge this run: at least one call made, whatever its outcome."""
     cached: int = 0
     """Records answered from the cache (no call)."""
+    answered: int = 0
+    """Records the endpoint answered (a reply, valid or not)."""
     cost_usd: float = 0.0
     unpriced_tokens: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    endpoint: str = ""
+    """Where the judge was asked (credentials masked; ``llm`` only)."""
 
     def get(self, key: str) -> MetricResults | None:
         """The metric named ``key``, if this report has it."""
         return next((m for m in self.metrics if m.key == key), None)
+
+    @property
+    def failed_records(self) -> int:
+        """Records with a failed judgement (for any metric)."""
+        return sum(1 for i in range(self.records) if any(m.outcomes[i].failure is not None for m in self.metrics))
+
+    @property
+    def nothing_to_judge(self) -> int:
+        """Records no evaluator applied to (no answer, no contexts…): never sent, never failed."""
+        return sum(
+            1 for i in range(self.records) if all(m.outcomes[i].skip == "not_applicable" for m in self.metrics)
+        )
+
+    @property
+    def records(self) -> int:
+        """Records the report covers."""
+        return len(self.metrics[0].outcomes) if self.metrics else 0
+
+    def cause_lines(self) -> list[str]:
+        """Each cause of a failed judgement once, with its records: ``N record(s) (failure):
+        endpoint: cause``."""
+        where = f"{self.endpoint}: " if self.endpoint else ""
+        return [f"{n} record(s) ({failure}): {where}{cause or failure}" for (failure, cause), n in self.causes().items()]
+
+    def causes(self) -> dict[tuple[str, str], int]:
+        """(failure, cause) -> records whose judgement failed so, most frequent first."""
+        found: Counter[tuple[str, str]] = Counter()
+        for i in range(self.records):
+            failed = next((m.outcomes[i] for m in self.metrics if m.outcomes[i].failure is not None), None)
+            if failed is not None and failed.failure is not None:
+                found[(failed.failure, failed.cause)] += 1
+        return dict(found.most_common())
 
     def split(self, sizes: Sequence[int]) -> list[GenerationReport]:
         """Reports for consecutive slices of the records (``compare`` judges both runs at once);
@@ -130,9 +171,9 @@ class GenerationReport:
             first = i == 0
             out.append(GenerationReport(
                 self.mode, parts, self.model,
-                self.judged if first else 0, self.cached if first else 0,
+                self.judged if first else 0, self.cached if first else 0, self.answered if first else 0,
                 self.cost_usd if first else 0.0, self.unpriced_tokens if first else 0,
-                self.input_tokens if first else 0, self.output_tokens if first else 0,
+                self.input_tokens if first else 0, self.output_tokens if first else 0, self.endpoint,
             ))
             start += size
         return out
@@ -150,7 +191,8 @@ def rag_record(record: EvalRecord, index: int) -> RagRecord:
         docs = tuple(RetrievedDocument(doc_id) for doc_id in record.retrieved or [""])
     else:
         contexts = record.contexts
-        ids = record.retrieved if len(record.retrieved) == len(contexts) else [str(i) for i in range(len(contexts))]
+        retrieved = record.retrieved
+        ids = retrieved if retrieved is not None and len(retrieved) == len(contexts) else [str(i) for i in range(len(contexts))]
         docs = tuple(RetrievedDocument(doc_id, None, text) for doc_id, text in zip(ids, contexts))
     return RagRecord(
         trace_id=index.to_bytes(16, "big"), service="offline", variant="", start_ns=0, end_ns=0,

@@ -25,34 +25,38 @@ from ragmon.judge.redact import Redactor
 from ragmon.judge.runner import CompletionClient, Judge, Judgement, SubmitResult
 from ragmon.model import RagRecord
 from ragmon.offline.cache import JudgeCache, cache_key
+from ragmon.offline.details import Details, verdict_details
 from ragmon.offline.generation import GenerationReport, MetricResults, RecordOutcome, rag_record
 from ragmon.offline.records import EvalRecord
 from ragmon.scoring.pricing import Pricer
 
 __all__ = ["judge_records"]
 
-_REFUSED: dict[SubmitResult, str] = {
-    SubmitResult.SKIPPED_BUDGET: "budget",
-    SubmitResult.BREAKER_OPEN: "breaker_open",
-    SubmitResult.DROPPED: "dropped",
-    SubmitResult.SKIPPED_RATE: "dropped",  # pragma: no cover - offline records skip the sample
+_REFUSED: dict[SubmitResult, tuple[str, str]] = {
+    SubmitResult.SKIPPED_BUDGET: ("budget", "not sent: judge.max_usd_per_hour was spent"),
+    SubmitResult.BREAKER_OPEN: ("breaker_open", "not sent: the circuit breaker is open after repeated failures"),
+    SubmitResult.DROPPED: ("dropped", "not sent: the judge's queue was full"),
+    SubmitResult.SKIPPED_RATE: ("dropped", "not sent"),  # pragma: no cover - offline records skip the sample
 }
+_FAILURE: dict[str, str] = {"skipped_budget": "budget"}
+"""A worker's outcome as an offline failure (the budget refused the call right before it)."""
 
 
 def _outcomes(
     applicable: tuple[Evaluator, ...], evaluators: tuple[Evaluator, ...], judged: tuple[str, ...],
-    scores: dict[str, float | None] | None, failure: str | None,
+    scores: dict[str, float | None] | None, failure: str | None, cause: str = "", details: Details | None = None,
 ) -> dict[str, RecordOutcome]:
-    """Per configured evaluator: the score, the failure, or why it was skipped."""
+    """Per configured evaluator: the score, the failure (and its cause), or why it was skipped."""
     out: dict[str, RecordOutcome] = {}
     for e in evaluators:
         if e not in applicable or (failure is None and e not in judged):
             out[e] = RecordOutcome(skip="not_applicable")
         elif failure is not None:
-            out[e] = RecordOutcome(failure=failure)
+            out[e] = RecordOutcome(failure=failure, cause=cause)
         else:
             value = (scores or {}).get(e)
-            out[e] = RecordOutcome(skip="no_score") if value is None else RecordOutcome(score=value)
+            detail = (details or {}).get(e)
+            out[e] = RecordOutcome(skip="no_score", detail=detail) if value is None else RecordOutcome(score=value, detail=detail)
     return out
 
 
@@ -78,7 +82,7 @@ class _Run:
         self.outstanding = 0
         self.pumping = False
         self.done = asyncio.Event()
-        self.judged = self.cached = self.input_tokens = self.output_tokens = 0
+        self.judged = self.cached = self.answered = self.input_tokens = self.output_tokens = 0
 
     @property
     def evaluators(self) -> tuple[Evaluator, ...]:
@@ -124,18 +128,17 @@ class _Run:
         if self.cache is not None:
             key = cache_key(redacted, judged, self.config.model)
             hit = self.cache.get(key)
-            if hit is not None and set(hit) == set(judged):
+            if hit is not None and set(hit[0]) == set(judged):
                 self.cached += 1
-                self.finish(index, _outcomes(judged, self.evaluators, judged, hit, None))
+                self.finish(index, _outcomes(judged, self.evaluators, judged, hit[0], None, details=hit[1]))
                 return
             self.keys[index] = key
         self.outstanding += 1
         submitted = self.judge.submit(rag, time.monotonic(), probe=True)
-        if submitted is SubmitResult.QUEUED:
-            self.judged += 1
-        elif submitted is not SubmitResult.CACHED:  # refused at admission: no call
+        if submitted is not SubmitResult.QUEUED and submitted is not SubmitResult.CACHED:  # refused: no call
             self.outstanding -= 1
-            self.finish(index, _outcomes(judged, self.evaluators, (), None, _REFUSED.get(submitted, "error")))
+            failure, cause = _REFUSED.get(submitted, ("error", "not sent"))
+            self.finish(index, _outcomes(judged, self.evaluators, (), None, failure, cause))
 
     def on_result(self, record: RagRecord, judgement: Judgement) -> None:
         """The judge's callback: a worker finished a record, or its cache answered."""
@@ -145,17 +148,25 @@ class _Run:
         self.output_tokens += judgement.output_tokens
         if judgement.cached:
             self.cached += 1
-        if judgement.outcome == "skipped_budget":  # the budget refused the call right before it: not sent
-            self.judged -= 1
-            self.finish(index, _outcomes(self.applicable[index], self.evaluators, (), None, "budget"))
-        elif judgement.outcome != "ok" or judgement.scores is None:
-            # a worker's outcome: error, timeout, invalid or dropped
-            self.finish(index, _outcomes(self.applicable[index], self.evaluators, (), None, judgement.outcome))
+        if judgement.calls:
+            self.judged += 1
+            if judgement.outcome in ("ok", "invalid"):
+                self.answered += 1
+        if judgement.outcome != "ok" or judgement.scores is None:
+            # a worker's outcome: error, timeout, invalid, dropped, or the budget right before the call
+            failure = _FAILURE.get(judgement.outcome, judgement.outcome)
+            cause = judgement.cause or ("cut off at the end of the run" if failure == "dropped" else "")
+            self.finish(index, _outcomes(self.applicable[index], self.evaluators, (), None, failure, cause))
         else:
             scores = _scores(judgement)
+            details = None if judgement.verdicts is None else verdict_details(
+                judgement.verdicts, [d.id for d in record.retrieved]
+            )
             if self.cache is not None and index in self.keys and not judgement.cached:
-                self.cache.put(self.keys[index], scores)
-            self.finish(index, _outcomes(self.applicable[index], self.evaluators, judgement.evaluators, scores, None))
+                self.cache.put(self.keys[index], scores, details)
+            self.finish(index, _outcomes(
+                self.applicable[index], self.evaluators, judgement.evaluators, scores, None, details=details
+            ))
         self.pump()
 
 
@@ -173,7 +184,7 @@ async def judge_records(
     config = replace(config, sample_rate=1.0, max_queue=max(config.concurrency, 1))
     bar = progress_bar(len(records), "rec", "judging") if progress else None
     run = _Run(records, config, cache, bar)
-    judge = run.judge = Judge(config, client, pricer, time.monotonic, run.on_result, rng)
+    judge = run.judge = Judge(config, client, pricer, time.monotonic, run.on_result, rng, verdicts=True)
     try:
         await judge.start()
         run.pump()
@@ -189,6 +200,6 @@ async def judge_records(
         MetricResults(e, tuple(run.results[i][e] for i in range(len(records)))) for e in judge.evaluators
     )
     return GenerationReport(
-        "llm", metrics, config.model, run.judged, run.cached, stats.cost_usd,
+        "llm", metrics, config.model, run.judged, run.cached, run.answered, stats.cost_usd,
         stats.unpriced_tokens, run.input_tokens, run.output_tokens,
     )

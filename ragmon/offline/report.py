@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragmon.metrics.batch import METRICS
 from ragmon.offline.compare import Comparison, MetricComparison
-from ragmon.offline.evaluate import EvalReport
+from ragmon.offline.agreement import Agreement, agreement_json
+from ragmon.offline.details import summary
+from ragmon.offline.evaluate import HIGHER_IS_WORSE, EvalReport
 from ragmon.offline.generation import GenerationReport, MetricResults
+from ragmon.offline.per_record import RecordResult, worst
 
 __all__ = ["FORMATS", "render_eval", "render_compare", "eval_json", "compare_json", "generation_json"]
 
@@ -52,18 +56,26 @@ def _text_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([" --- "] + [" ---: "] * (len(header) - 1)) + "|"]
+def _md_table(header: list[str], rows: list[list[str]], text_last: bool = False) -> str:
+    """A markdown table: the first column (and the last, with ``text_last``) left-aligned, the
+    others right-aligned."""
+    aligns = [" --- "] + [" ---: "] * (len(header) - 1)
+    if text_last:
+        aligns[-1] = " --- "
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def _summary(report: EvalReport) -> str:
     files = ", ".join(report.files)
-    return (
+    line = (
         f"{report.records} records from {files}: {report.scores.queries} scored, "
         f"{report.scores.unlabelled} unlabelled (excluded)"
     )
+    if report.not_applicable:
+        line += f", {report.not_applicable} without document ids (retrieval not applicable)"
+    return line
 
 
 def _threshold_lines(report: EvalReport, markdown: bool) -> list[str]:
@@ -99,14 +111,20 @@ def generation_json(generation: GenerationReport) -> dict[str, Any]:
     counts = {m.key: _counts(m) for m in generation.metrics}
     if generation.mode == "lexical":
         return {"estimates": means, "estimated": counts}
-    return {"metrics": means, "judged": counts, "judge": {"model": generation.model}}
+    causes = [
+        {"failure": failure, "cause": cause, "records": n} for (failure, cause), n in generation.causes().items()
+    ]
+    judge = {"model": generation.model, "endpoint": generation.endpoint, "failed_records": generation.failed_records, "causes": causes}
+    return {"metrics": means, "judged": counts, "judge": judge}
 
 
-def eval_json(report: EvalReport) -> dict[str, Any]:
-    """The ``--format json`` object of SPEC §8a, plus files, records and threshold results."""
+def eval_json(report: EvalReport, agreement: Mapping[str, Agreement] | None = None) -> dict[str, Any]:
+    """The ``--format json`` object of SPEC §8a, plus files, records, threshold results and the
+    judge's agreement with human labels (``--human``)."""
     out: dict[str, Any] = {
         "queries": report.scores.queries,
         "unlabelled": report.scores.unlabelled,
+        "not_applicable": report.not_applicable,
         "records": report.records,
         "files": list(report.files),
         "metrics": dict(report.means),
@@ -120,6 +138,8 @@ def eval_json(report: EvalReport) -> dict[str, Any]:
         | ({} if r.value is not None else {"reason": r.why_none})
         for r in report.thresholds
     ]
+    if agreement is not None:
+        out["agreement"] = {key: agreement_json(a) for key, a in agreement.items()}
     out["passed"] = report.passed
     return out
 
@@ -146,7 +166,7 @@ def _generation_rows(generation: GenerationReport) -> tuple[list[str], list[list
 
 
 def _generation_notes(generation: GenerationReport) -> list[str]:
-    notes = []
+    notes = [f"judge failed for {line}" for line in generation.cause_lines()]
     for m in generation.metrics:
         if m.failed:
             notes.append(f"{m.key}: failed {_reasons(m.failed)} (never scored)")
@@ -174,10 +194,75 @@ def _generation_block(generation: GenerationReport, markdown: bool) -> list[str]
     return ["", _generation_title(generation), _text_table(header, rows), *notes]
 
 
-def render_eval(report: EvalReport, fmt: str) -> str:
-    """Render an eval report in one of ``FORMATS``."""
+def _worst_block(
+    generation: GenerationReport | None, results: Sequence[RecordResult], count: int, markdown: bool
+) -> list[str]:
+    """The ``count`` worst records per judged metric, each with why (the verdict's summary)."""
+    if generation is None or generation.mode != "llm" or not results or count <= 0:
+        return []
+    lines: list[str] = []
+    for metric in generation.metrics:
+        listed = worst(results, metric.key, count)
+        if not listed:
+            continue
+        order = "highest" if metric.key in HIGHER_IS_WORSE else "lowest"
+        title = f"worst {metric.key} ({order} {len(listed)} of {metric.scored} scored{', the rest perfect' if len(listed) < min(count, metric.scored) else ''})"
+        rows = [
+            [str(r.record), _num(r.scores[metric.key]), summary(metric.key, r.verdicts.get(metric.key, {}))]
+            for r in listed
+        ]
+        header = ["record", metric.key, "why"]
+        if markdown:
+            lines += ["", f"**{title}**", "", _md_table(header, [[_md_cell(c) for c in row] for row in rows], text_last=True)]
+        else:
+            table = _text_table(header[:2], [row[:2] for row in rows]).splitlines()
+            width = max(len(line) for line in table)
+            lines += ["", title, *(f"{line.ljust(width)}  {why}".rstrip() for line, why in zip(table, [header[2], *(r[2] for r in rows)]))]
+    return lines
+
+
+def _md_cell(text: str) -> str:
+    """A markdown table cell: pipes escaped, one line."""
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def _agreement_block(agreement: Mapping[str, Agreement], markdown: bool) -> list[str]:
+    """The judge's agreement with the human labels per metric, and each confusion table."""
+    if not agreement:
+        return []
+
+    def fig(a: Agreement, name: str) -> str:
+        value = getattr(a, name)
+        ci = a.ci95.get(name)
+        return "—" if value is None else f"{value:.3f}" + ("" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]")
+
+    title = "agreement with the human labels (95% bootstrap intervals)"
+    header = ["metric", "n", "spearman", "kappa", "accuracy"]
+    rows = [[key, str(a.n), fig(a, "spearman"), fig(a, "kappa"), fig(a, "accuracy")] for key, a in agreement.items()]
+    lines = ["", f"**{title}**", "", _md_table(header, rows)] if markdown else ["", title, _text_table(header, rows)]
+    for key, a in agreement.items():
+        c = a.confusion
+        if c is None:
+            continue
+        cut = f"{key}: judge score >= {a.threshold:g} counts as 1"
+        grid = [["judge 1", str(c.tp), str(c.fp)], ["judge 0", str(c.fn), str(c.tn)]]
+        head = ["", "human 1", "human 0"]
+        lines += ["", f"*{cut}*", "", _md_table(head, grid)] if markdown else ["", cut, _text_table(head, grid)]
+    return lines
+
+
+def render_eval(
+    report: EvalReport,
+    fmt: str,
+    *,
+    results: Sequence[RecordResult] = (),
+    worst_count: int = 5,
+    agreement: Mapping[str, Agreement] | None = None,
+) -> str:
+    """Render an eval report in one of ``FORMATS``; the table and markdown end with the
+    ``worst_count`` worst ``results`` per judged metric, and ``agreement`` when given."""
     if fmt == "json":
-        return json.dumps(eval_json(report), ensure_ascii=False)
+        return json.dumps(eval_json(report, agreement), ensure_ascii=False)
     header, rows = _grid(report)
     generation = report.generation
     shown = generation is not None and _shows_generation(generation)
@@ -185,12 +270,16 @@ def render_eval(report: EvalReport, fmt: str) -> str:
         parts = ["### ragmon eval", "", _summary(report), "", _md_table(header, rows)]
         if shown and generation is not None:
             parts += _generation_block(generation, markdown=True)
+        parts += _agreement_block(agreement or {}, markdown=True)
+        parts += _worst_block(generation, results, worst_count, markdown=True)
         if report.thresholds:
             parts += ["", *_threshold_lines(report, markdown=True)]
         return "\n".join(parts)
     parts = [_summary(report), "", _text_table(header, rows)]
     if shown and generation is not None:
         parts += _generation_block(generation, markdown=False)
+    parts += _agreement_block(agreement or {}, markdown=False)
+    parts += _worst_block(generation, results, worst_count, markdown=False)
     if report.thresholds:
         parts += ["", *_threshold_lines(report, markdown=False)]
     return "\n".join(parts)
@@ -207,6 +296,7 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
         "only_in_a": list(comparison.only_in_a),
         "only_in_b": list(comparison.only_in_b),
         "unlabelled": list(comparison.unlabelled),
+        "not_applicable": list(comparison.not_applicable),
         "resamples": comparison.resamples,
         "seed": comparison.seed,
         "metrics": {m.key: _comparison_json(m) for m in comparison.metrics},
@@ -221,7 +311,10 @@ def compare_json(comparison: Comparison) -> dict[str, Any]:
         else:
             out["metrics"].update(generation)
             out["judged"] = {"a": json_a["judged"], "b": json_b["judged"]}
-            out["judge"] = json_a["judge"]
+            judge_a, judge_b = json_a["judge"], json_b["judge"]
+            out["judge"] = {"model": judge_a.pop("model"), "endpoint": judge_a.pop("endpoint"), "a": judge_a, "b": {
+                k: v for k, v in judge_b.items() if k not in ("model", "endpoint")
+            }}
     return out
 
 
@@ -248,6 +341,10 @@ def _compare_notes(c: Comparison) -> list[str]:
         notes.append(f"only in B ({len(c.only_in_b)}): {_listed(c.only_in_b)}")
     if c.unlabelled:
         notes.append(f"unlabelled in A or B, left out ({len(c.unlabelled)}): {_listed(c.unlabelled)}")
+    if c.not_applicable:
+        notes.append(
+            f"without document ids in A or B, retrieval not compared ({len(c.not_applicable)}): {_listed(c.not_applicable)}"
+        )
     return notes
 
 

@@ -1,0 +1,67 @@
+"""The README's offline examples run as written: the ``ragmon eval`` commands of its Ragas /
+DeepEval and judge-agreement sections, against the scripted judge server (``OPENAI_BASE_URL``),
+in a scratch copy of ``examples/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from judge_server import judge_server_thread
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def commands() -> list[str]:
+    """The ``ragmon`` lines of the README's marked offline block and of its agreement section."""
+    block = README.split("<!-- ragmon-offline-examples -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    human = README.split("### How far to trust the judge", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in (block + human).splitlines() if line.startswith("ragmon ")]
+
+
+def test_the_readme_has_the_examples() -> None:
+    listed = commands()
+    assert len(listed) == 4, listed
+    assert any("ragas.jsonl" in c for c in listed) and any("deepeval.json" in c for c in listed)
+    assert any("--human" in c for c in listed)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", commands())
+def test_readme_offline_command_runs_as_written(project: Path, command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "RAGMON_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    with judge_server_thread() as server:
+        env = {**os.environ, "OPENAI_BASE_URL": server.base_url}
+        done = subprocess.run(shlex.split(command), cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        calls = len(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert calls > 0 and "Traceback" not in done.stderr
+    assert " 0 failed, " in done.stderr
+    if "--records" in command:
+        lines = [json.loads(line) for line in (project / "records.jsonl").read_text().splitlines()]
+        assert [line["record"] for line in lines] == [1, 2, 3]
+        assert all(line["scores"]["faithfulness"] == 1.0 and "faithfulness" in line["verdicts"] for line in lines)
+    if "--human" in command:
+        assert "agreement with the human labels (95% bootstrap intervals)" in done.stdout
+
+
+def test_examples_read_without_warnings(project: Path) -> None:
+    for name in ("ragas.jsonl", "deepeval.json", "judge_agreement/records.jsonl"):
+        done = subprocess.run(["ragmon", "eval", f"examples/{name}", "--format", "json"], cwd=project,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stderr == "", (name, done.stderr)
+        out: dict[str, Any] = json.loads(done.stdout)
+        assert out["records"] == {"ragas.jsonl": 3, "deepeval.json": 2, "judge_agreement/records.jsonl": 24}[name]
