@@ -29,7 +29,7 @@ from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 from ragmon.errors import DecodeError
 from ragmon.model import Offer
 from ragmon.otlp.decode import decode_protobuf
-from ragmon.receivers.listeners import ByteBudget, ListenerLimits
+from ragmon.receivers.listeners import SLOW_SENDER_SECONDS, ByteBudget, ListenerLimits
 from ragmon.receivers import otlp_grpc
 from ragmon.receivers.ingest import IngestGate, IngestStats
 from ragmon.receivers.ingest import ReceiverSettings
@@ -45,10 +45,10 @@ def loop() -> Iterator[LoopThread]:
 
 
 def _start(loop: LoopThread, token: str = "", max_body: int = 1 << 20, limits: ListenerLimits | None = None,
-           gate: IngestGate | None = None) -> Iterator[Receiver]:
+           gate: IngestGate | None = None, slow_after: float = SLOW_SENDER_SECONDS) -> Iterator[Receiver]:
     sink, stats = Sink(), IngestStats()
     settings = ReceiverSettings(SELECTION, max_body, token)
-    budget = ByteBudget((limits or ListenerLimits()).max_inflight_bytes)
+    budget = ByteBudget((limits or ListenerLimits()).max_inflight_bytes, slow_after=slow_after)
     gate = gate or IngestGate()
     server, port = loop.run(otlp_grpc.start("127.0.0.1", 0, settings, sink, stats, limits=limits, gate=gate, budget=budget))
     try:
@@ -256,9 +256,10 @@ def test_exports_past_the_byte_budget_get_unavailable_with_retry_info_and_are_co
     """Each export whose message has not arrived holds ``max_body_bytes`` of the in-flight
     budget: ``concurrent_rpcs`` of them fill it, and one more is refused at once with
     UNAVAILABLE + ``RetryInfo`` (an exporter retries it; RESOURCE_EXHAUSTED without
-    ``RetryInfo`` it would drop), counted. A message that arrives holds only its own bytes."""
+    ``RetryInfo`` it would drop), counted. A message that arrives holds only its own bytes.
+    (Held streams are not cut as slow here: ``slow_after`` is past the test's length.)"""
     limits = ListenerLimits(max_inflight_bytes=3 << 20)
-    for receiver in _start(loop, limits=limits, gate=IngestGate(slots=1, wait=10.0)):
+    for receiver in _start(loop, limits=limits, gate=IngestGate(slots=1, wait=30.0), slow_after=120.0):
         cap = otlp_grpc.concurrent_rpcs(ReceiverSettings(SELECTION, 1 << 20), limits)
         assert cap == 3
         with grpc.insecure_channel(receiver.url) as channel:
@@ -277,8 +278,10 @@ def test_exports_past_the_byte_budget_get_unavailable_with_retry_info_and_are_co
         assert loop.run(gate.enter())  # arrived messages wait for their turn, holding their own bytes only
         with grpc.insecure_channel(receiver.url) as channel:
             export = channel.unary_unary(METHOD)
-            calls = [export.future(body, timeout=20) for _ in range(2 * cap)]
-            wait_until(lambda: receiver.server.budget.used == 2 * cap * len(body))
+            calls = []
+            for n in range(1, 2 * cap + 1):  # one at a time: each reserves max_body_bytes until its message settles
+                calls.append(export.future(body, timeout=30))
+                wait_until(lambda: receiver.server.budget.used == n * len(body))
             loop.loop.call_soon_threadsafe(gate.leave)
             assert all(call.result() is not None for call in calls)
         wait_until(lambda: receiver.server.budget.used == 0)
