@@ -5,13 +5,16 @@
   source by mypyc, all or none (they share one runtime library).
 
 ``pip install .`` builds both where a C compiler works; where a build fails, ragmon installs
-without it and runs that part as Python (``ragmon_build_info`` says which runs). Set
-``RAGMON_BUILD_PYTHON=1`` to build neither (e.g. for mutation testing, which edits the source).
+without it and runs that part as Python (``ragmon_build_info`` says which runs), and says so
+in one line naming the module and the first error. ``RAGMON_BUILD_PYTHON`` on (the switch rules
+of ``ragmon/compiled.py``) builds neither (e.g. for mutation testing, which edits the source).
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
+import io
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -21,10 +24,35 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
+COMPILED = runpy.run_path(str(HERE / "ragmon" / "compiled.py"))
+"""``MODULES`` and the switches (``switch``): ``ragmon/compiled.py`` imports only the standard library."""
 extensions: list[Extension] = []
 mypyc_names: set[str] = set()
 
-if os.environ.get("RAGMON_BUILD_PYTHON", "") not in ("1", "true", "yes"):
+
+def say(line: str) -> None:
+    """One line of the build's own on stderr."""
+    print(f"ragmon: {line}", file=sys.stderr)
+
+
+def first_error(text: str) -> str:
+    """The first line of ``text`` that reads as an error (else its first line), shortened."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
+    first = (errors or lines or ["no message"])[0]
+    return first if len(first) <= 300 else first[:297] + "..."
+
+
+def compile_error(exc: Exception) -> str:
+    """Why a compile or link failed, short: the compiler's exit code (its own message is printed
+    above), else the first error line."""
+    code = re.search(r"(?:exit code|exit status) (-?\d+)", str(exc))
+    if code:
+        return f"{type(exc).__name__}: the C compiler exited with {code.group(1)}, its message above"
+    return f"{type(exc).__name__}: {first_error(str(exc))}"
+
+
+if not COMPILED["switch"](COMPILED["BUILD_SWITCH"]):
     try:
         from Cython.Build import cythonize
     except ImportError:  # Cython is a build requirement; without it (no build isolation), no decoder
@@ -39,12 +67,14 @@ if os.environ.get("RAGMON_BUILD_PYTHON", "") not in ("1", "true", "yes"):
     except ImportError:  # mypy is a build requirement; without it, the pipeline runs as Python
         pass
     else:
-        modules = runpy.run_path(str(HERE / "ragmon" / "compiled.py"))["MODULES"]
-        paths = [module.replace(".", "/") + ".py" for module in modules]
+        paths = [module.replace(".", "/") + ".py" for module in COMPILED["MODULES"]]
+        said = io.StringIO()
         try:
-            compiled = mypycify(paths, opt_level="3", group_name="ragmon")
-        except (SystemExit, Exception) as exc:  # mypy found an error: run as Python
-            print(f"ragmon: not compiling the pipeline ({exc!r})", file=sys.stderr)
+            with contextlib.redirect_stdout(said):  # mypy prints its errors there
+                compiled = mypycify(paths, opt_level="3", group_name="ragmon")
+        except (SystemExit, Exception) as exc:  # mypy found an error in the source: run as Python
+            why = first_error(said.getvalue()) if said.getvalue().strip() else f"{type(exc).__name__}: {exc}"
+            say(f"not compiling the pipeline, mypyc refused it: {why}; the pipeline runs as Python")
         else:
             mypyc_names = {extension.name for extension in compiled}
             extensions += compiled
@@ -64,19 +94,18 @@ class AllOrNone(build_ext):
                 built = Path(self.get_ext_fullpath(name))
                 if built.exists():
                     built.unlink()
-            print("ragmon: a compiled module failed to build; the pipeline runs as Python", file=sys.stderr)
+            say("a compiled module failed to build; the pipeline runs as Python")
 
     def build_extension(self, ext: Any) -> None:
-        if ext.name not in mypyc_names:
-            super().build_extension(ext)
-            return
-        if self._mypyc_failed:
+        if ext.name in mypyc_names and self._mypyc_failed:
             return
         try:
             super().build_extension(ext)
         except Exception as exc:  # a compile or link error (CCompilerError, DistutilsError, ...)
-            print(f"ragmon: compiling {ext.name} failed ({exc!r})", file=sys.stderr)
-            self._mypyc_failed = True
+            part = "the pipeline" if ext.name in mypyc_names else "the protobuf decoder"
+            say(f"compiling {ext.name} failed ({compile_error(exc)}); {part} runs as Python")
+            if ext.name in mypyc_names:
+                self._mypyc_failed = True
 
 
 setup(ext_modules=extensions, cmdclass={"build_ext": AllOrNone})

@@ -47,7 +47,8 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ragmon.otlp.decode import kept_resource  # noqa: E402
-from ragmon.receivers.inprocess import RagmonSpanProcessor, to_span  # noqa: E402
+from ragmon.receivers.inprocess import to_span  # noqa: E402
+from ragmon.sidecar.inprocess import RagmonSpanProcessor  # noqa: E402
 
 SPANS_PER_TRACE = 3
 _NOISE = {

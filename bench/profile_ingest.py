@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ingest  # noqa: E402  (bench/ingest.py: the traffic)
 
-from ragmon.app import Sidecar  # noqa: E402
+from ragmon.sidecar.wiring import Sidecar  # noqa: E402
 from ragmon.compiled import pipeline  # noqa: E402
 from ragmon.config import Config, MetricsConfig, ReceiverConfig  # noqa: E402
 from ragmon.model import Span  # noqa: E402

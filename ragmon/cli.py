@@ -14,7 +14,7 @@ from typing import Any, NoReturn, TextIO
 from ragmon import __version__
 from ragmon.config import Config, ScoringConfig, check_document_id_place, config_from_mapping, load_config
 from ragmon.errors import ConfigError, InputError, RagmonError, UsageError
-from ragmon.groundtruth.relevance import read_golden_queries
+from ragmon.formats.relevance import read_golden_queries
 from ragmon.judge.endpoint import mask_credentials
 from ragmon.offline.cache import DEFAULT_CACHE
 from ragmon.offline.compare import compare_runs, index_run
@@ -150,7 +150,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ragmon.app import run
+    from ragmon.sidecar.process import run
 
     try:
         config = load_config(args.config)

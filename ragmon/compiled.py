@@ -1,4 +1,4 @@
-"""Which of ragmon's modules run compiled.
+"""Which of ragmon's modules run compiled, and the switches that choose.
 
 ``pip install .`` compiles the per-request path (assembly, convention extraction, scoring,
 metric updates) with mypyc: the same typed source, made a C extension where a C compiler works
@@ -6,8 +6,17 @@ metric updates) with mypyc: the same typed source, made a C extension where a C 
 with the same behaviour (CI runs the whole test suite both ways). ``ragmon_build_info``'s
 ``pipeline`` label says which runs; ``RAGMON_PIPELINE=python`` runs the Python source even
 where the extensions are built (``ragmon/__init__.py`` asks ``prefer_source`` before anything
-else is imported). ``setup.py`` reads ``MODULES`` from this file, so it imports nothing but the
-standard library.
+else is imported). ``setup.py`` reads ``MODULES`` and ``switch`` from this file, so it imports
+nothing but the standard library.
+
+The three switches, read by ``switch`` alone and spelt the same way (the value stripped and
+lower-cased; ``python``, ``1``, ``true``, ``yes`` or ``on`` turn it on; unset, empty,
+``compiled``, ``0``, ``false``, ``no`` or ``off`` leave it off; anything else leaves it off
+with a warning naming the variable):
+
+- ``RAGMON_PIPELINE``: the modules of ``MODULES`` run from their Python source;
+- ``RAGMON_DECODER``: the pure-Python protobuf decoder runs (``use_compiled_decoder``);
+- ``RAGMON_BUILD_PYTHON``: ``pip install`` builds neither (e.g. for mutation testing).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from pathlib import Path
@@ -48,6 +58,33 @@ error; its kernels are here) and modules whose tests replace their functions
 (``ragmon.scoring.pricing``)."""
 
 
+PIPELINE_SWITCH = "RAGMON_PIPELINE"
+DECODER_SWITCH = "RAGMON_DECODER"
+BUILD_SWITCH = "RAGMON_BUILD_PYTHON"
+ON_WORDS = frozenset({"python", "1", "true", "yes", "on"})
+OFF_WORDS = frozenset({"", "compiled", "0", "false", "no", "off"})
+
+
+def switch(variable: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the switch ``variable`` is on in ``environ`` (the rules in the module's docstring)."""
+    value = environ.get(variable, "").strip().lower()
+    if value in ON_WORDS:
+        return True
+    if value not in OFF_WORDS:
+        warnings.warn(
+            f"ragmon: {variable}={environ[variable]!r} is not one of {', '.join(sorted(ON_WORDS))} "
+            f"(on) or {', '.join(sorted(OFF_WORDS - {''}))} (off): taken as off",
+            RuntimeWarning, stacklevel=2,
+        )
+    return False
+
+
+def use_compiled_decoder(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``ragmon.otlp.decode`` takes the compiled decoder when it is built (unless
+    ``RAGMON_DECODER`` is on)."""
+    return not switch(DECODER_SWITCH, environ)
+
+
 def compiled_modules() -> list[str]:
     """The modules of ``MODULES`` that were loaded from a compiled extension."""
     return [
@@ -75,9 +112,9 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
 
 
 def prefer_source(environ: Mapping[str, str] = os.environ) -> bool:
-    """With ``RAGMON_PIPELINE=python`` in ``environ``, make the modules of ``MODULES`` load from
+    """With ``RAGMON_PIPELINE`` on in ``environ``, make the modules of ``MODULES`` load from
     source from now on; whether it did."""
-    if environ.get("RAGMON_PIPELINE", "").lower() != "python":
+    if not switch(PIPELINE_SWITCH, environ):
         return False
     if not any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder())

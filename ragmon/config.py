@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from ragmon.errors import ConfigError
-from ragmon.groundtruth.jsonpath import parse_path
+from ragmon.formats.jsonpath import parse_path
 from ragmon.model import EVALUATORS
 
 __all__ = [

@@ -8,7 +8,9 @@ JSON, TOML, openai, zlib) are translated into one of these where they enter::
     ├── InputError            an input file is unreadable or malformed (file and line)
     ├── ConfigError           the configuration is invalid (every problem, by dotted key)
     ├── DecodeError           a body is not a valid OTLP trace export (HTTP 400 / INVALID_ARGUMENT)
+    │   └── DecodedTooLargeError  its spans take more than one decode may hold (HTTP 413 / RESOURCE_EXHAUSTED)
     ├── BodyTooLargeError     a decompressed body is larger than its limit (HTTP 413)
+    ├── FeedbackError         a feedback body is refused (HTTP 400; ``str()`` names the field)
     └── JudgeCallError        a judge call failed (``status``: the HTTP status, if any)
         ├── JudgeRetryableError   429, 5xx or connection: worth retrying (``retry_after``)
         ├── JudgeTimeoutError     no answer within the timeout
@@ -25,6 +27,8 @@ __all__ = [
     "BodyTooLargeError",
     "ConfigError",
     "DecodeError",
+    "DecodedTooLargeError",
+    "FeedbackError",
     "InputError",
     "JudgeCallError",
     "JudgePermanentError",
@@ -105,3 +109,7 @@ class JudgeTimeoutError(JudgeCallError):
 
 class JudgePermanentError(JudgeCallError):
     """The request was refused (4xx other than 429) or the reply was unusable: do not retry."""
+
+
+class FeedbackError(RagmonError):
+    """A feedback body refused (HTTP 400): ``str()`` names the field."""

@@ -1,5 +1,10 @@
 """Session hooks. One only: the mutation check's test budget.
 
+(Test kinds: a file whose tests start processes — ``ragmon run``, promtool, Prometheus,
+Chromium, a build — or bound wall time is marked ``pytestmark = pytest.mark.system``;
+``pytest -m "not system"`` runs the fast unit tests alone. ``tests/test_layout.py`` checks
+that every file starting processes carries the mark.)
+
 tools/mutation.py sets ``RAGMON_MUTATION_MAX_TEST_SECONDS``; while mutmut runs the tests against
 a mutant (its ``MUTANT_UNDER_TEST`` names one), tests whose duration mutmut recorded in
 ``mutants/mutmut-stats.json`` exceeds that bound are deselected, so a mutant is judged by the

@@ -34,10 +34,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 from judge_server import JudgeServer, judge_server_thread, verdict_for
+from net_helpers import wait_until
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -47,7 +48,9 @@ from opentelemetry.trace import Status, StatusCode
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
-T = TypeVar("T")
+NOT_YET: tuple[type[Exception], ...] = (OSError, ValueError, KeyError, IndexError)
+"""What a probe of a server still starting raises (refused, not JSON yet, no such field yet):
+``wait_until`` counts it as "not yet"; anything else fails the wait at once."""
 
 SERVICE = "rag-api"
 EXAMPLE_SERVICE = "rag-example"
@@ -64,35 +67,6 @@ PRICES = {
 
 
 # -- waiting and processes -------------------------------------------------------------------------
-
-
-def wait_until(
-    what: str,
-    probe: Callable[[], T | None],
-    timeout: float,
-    interval: float = 0.25,
-    details: Callable[[], str] | None = None,
-) -> T:
-    """Poll ``probe`` until it returns a true value, and return it; ``AssertionError`` naming
-    ``what`` (with ``details()``) after ``timeout`` seconds. Exceptions of ``probe`` count as
-    "not yet" (the last one is reported)."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = probe()
-        except Exception as exc:  # noqa: BLE001 (not up yet, connection refused, …)
-            last_error, value = exc, None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            message = f"timed out after {timeout:.0f}s waiting for {what}"
-            if last_error is not None:
-                message += f" (last error: {last_error!r})"
-            if details is not None:
-                message += "\n" + details()
-            raise AssertionError(message)
-        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -158,7 +132,7 @@ class Process:
             return probe()
 
         try:
-            wait_until(f"{self.name}: {what}", check, timeout, details=self.tail)
+            wait_until(check, timeout, what=f"{self.name}: {what}", interval=0.25, details=self.tail, tolerate=NOT_YET)
         except _Exited as exited:
             raise AssertionError(f"{self.name} exited before {what}:\n{exited}") from None
 

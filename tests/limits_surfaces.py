@@ -20,7 +20,7 @@ from limits_memory import PhaseFigure
 from ragmon.config import Config
 from ragmon.otlp.decode import SpanSelection
 from ragmon.receivers.ingest import ReceiverSettings
-from ragmon.receivers.listeners import ListenerLimits
+from ragmon.net.listeners import ListenerLimits
 from ragmon.receivers.otlp_grpc import SERVICE, concurrent_rpcs
 
 

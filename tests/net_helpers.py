@@ -7,6 +7,10 @@ import resource
 import socket
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+
+T = TypeVar("T")
 
 
 def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
@@ -53,12 +57,36 @@ def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
     return False
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_until(
+    probe: Callable[[], T],
+    timeout: float = 15.0,
+    *,
+    what: str = "the condition",
+    interval: float = 0.02,
+    details: Callable[[], object] | None = None,
+    tolerate: tuple[type[Exception], ...] = (),
+) -> T:
+    """The tests' one wait: poll ``probe`` every ``interval`` seconds until it returns a true
+    value, and return that value; after ``timeout`` seconds, ``AssertionError`` naming ``what``
+    (with ``details()``, and the last exception tolerated). Exceptions of the ``tolerate``
+    types count as "not yet" (a server not up yet); any other is raised at once."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = probe()
+        except tolerate as exc:
+            last_error, value = exc, None  # type: ignore[assignment]
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
+            message = f"timed out after {timeout:g}s waiting for {what}"
+            if last_error is not None:
+                message += f" (last error: {last_error!r})"
+            if details is not None:
+                message += f"; {details()}"
+            raise AssertionError(message)
+        time.sleep(interval)
 
 
 def raise_open_files(wanted: int) -> int:

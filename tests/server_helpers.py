@@ -15,7 +15,7 @@ from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 from prometheus_client.registry import Collector
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config
 from ragmon.export.server import metrics_handler
 

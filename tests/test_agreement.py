@@ -32,6 +32,8 @@ from ragmon.offline.agreement import (
 )
 from strategies import SETTINGS
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "judge_agreement"
 

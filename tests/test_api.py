@@ -14,6 +14,8 @@ from judge_server import JudgeServer, judge_server_thread, status, user_text, ve
 from ragmon.errors import InputError, UsageError
 from ragmon.offline.api import Evaluation, JudgeSettings, evaluate
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 ROWS: list[dict[str, Any]] = [
     {"query_id": "q1", "query": "refund window?", "retrieved_document_ids": ["p7", "f2"], "relevant_document_ids": ["p7"],
      "answer": "Refunds are accepted within 30 days.", "contexts": ["Refunds are accepted within 30 days.", "Shipping."]},

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config
 from ragmon.catalogue import CATALOGUE, Family, Kind, by_sample
 from ragmon.ops.dashboard import dashboard

@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 from cli_helpers import TIMEOUT, ragmon, ragmon_process, run_json, write_jsonl
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,8 +16,10 @@ import pytest
 
 from ragmon import compiled
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 ROOT = Path(__file__).resolve().parent.parent
-ASKED_PYTHON = os.environ.get("RAGMON_PIPELINE", "").lower() == "python"
+ASKED_PYTHON = compiled.switch(compiled.PIPELINE_SWITCH)
 
 
 def _built() -> list[Path]:
@@ -93,19 +95,74 @@ def test_every_listed_module_exists_and_imports() -> None:
         assert importlib.import_module(name).__name__ == name
 
 
-def test_the_build_is_not_older_than_the_source() -> None:
-    """A compiled module shadows its source: after an edit, ``pip install -e .`` must run again
-    (or the tests would test the old code)."""
-    built = _built()
-    if not built:
-        _need_build()
+def stale_builds(root: Path) -> list[str]:
+    """The compiled modules under ``root`` (a checkout) whose source is newer than the oldest
+    built extension of ``MODULES``, and ``ragmon.otlp._walker`` when ``_walker.pyx`` is newer
+    than its extension."""
+    built = [p for name in compiled.MODULES for p in _extensions(root, name)]
     oldest = min(path.stat().st_mtime for path in built)
     stale = [
         name
         for name in compiled.MODULES
-        if ROOT.joinpath(*name.split(".")).with_suffix(".py").stat().st_mtime > oldest
+        if root.joinpath(*name.split(".")).with_suffix(".py").stat().st_mtime > oldest
     ]
+    walker = root / "ragmon" / "otlp" / "_walker.pyx"
+    decoders = _extensions(root, "ragmon.otlp._walker")
+    assert decoders, "the compiled decoder is not built (pip install -e . builds it)"
+    if walker.stat().st_mtime > min(p.stat().st_mtime for p in decoders):
+        stale.append("ragmon.otlp._walker")
+    return stale
+
+
+def _extensions(root: Path, name: str) -> list[Path]:
+    source = root.joinpath(*name.split(".")).with_suffix(".py")
+    return [path for path in source.parent.glob(source.stem + ".*") if path.suffix in (".so", ".pyd")]
+
+
+def test_the_build_is_not_older_than_the_source() -> None:
+    """A compiled module shadows its source: after an edit, ``pip install -e .`` must run again
+    (or the tests would test the old code). The Cython decoder too: ``_walker.pyx`` against
+    its built extension."""
+    if not _built():
+        _need_build()
+    stale = stale_builds(ROOT)
     assert not stale, f"edited since the last build, run `pip install -e .` again: {stale}"
+
+
+def test_the_stale_build_check_names_each_edited_source(tmp_path: Path) -> None:
+    """The check itself, on a made-up checkout: an edited compiled module and an edited
+    ``_walker.pyx`` are each named; sources older than their builds are not."""
+    names = [*compiled.MODULES, "ragmon.otlp._walker"]
+    for name in names:
+        source = tmp_path.joinpath(*name.split(".")).with_suffix(".pyx" if name.endswith("_walker") else ".py")
+        source.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text("")
+        os.utime(source, (1000, 1000))
+        built = source.with_name(source.stem + ".cpython-311-x86_64-linux-gnu.so")
+        built.write_text("")
+        os.utime(built, (2000, 2000))
+    assert stale_builds(tmp_path) == []
+    os.utime(tmp_path / "ragmon" / "otlp" / "_walker.pyx", (3000, 3000))
+    edited = compiled.MODULES[3]
+    os.utime(tmp_path.joinpath(*edited.split(".")).with_suffix(".py"), (3000, 3000))
+    assert stale_builds(tmp_path) == [edited, "ragmon.otlp._walker"]
+
+
+@pytest.mark.parametrize(("value", "on"), [
+    ("python", True), (" Python\n", True), ("1", True), ("TRUE", True), ("yes", True), ("on", True),
+    ("", False), ("compiled", False), ("0", False), (" false ", False), ("no", False), ("OFF", False),
+])
+def test_every_switch_is_read_by_one_rule(value: str, on: bool) -> None:
+    """``RAGMON_PIPELINE``, ``RAGMON_DECODER`` and ``RAGMON_BUILD_PYTHON``: one spelling rule."""
+    for variable in (compiled.PIPELINE_SWITCH, compiled.DECODER_SWITCH, compiled.BUILD_SWITCH):
+        assert compiled.switch(variable, {variable: value}) is on
+    assert compiled.use_compiled_decoder({compiled.DECODER_SWITCH: value}) is not on
+    assert compiled.switch(compiled.PIPELINE_SWITCH, {}) is False
+
+
+def test_a_misspelt_switch_is_off_with_a_warning_naming_it() -> None:
+    with pytest.warns(RuntimeWarning, match=r"RAGMON_DECODER='pyhton' is not one of .*python.* \(on\).*: taken as off"):
+        assert compiled.switch(compiled.DECODER_SWITCH, {"RAGMON_DECODER": "pyhton"}) is False
 
 
 def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Path) -> None:
@@ -121,7 +178,7 @@ def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Pat
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "ragmon", tmp_path / "ragmon", ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
     cc = tmp_path / "cc"
-    cc.write_text('#!/bin/sh\ncase "$*" in *pipeline/assembly*) echo "refused" >&2; exit 1;; esac\nexec gcc "$@"\n')
+    cc.write_text('#!/bin/sh\ncase "$*" in *pipeline/assembly*|*_walker*) echo "refused" >&2; exit 1;; esac\nexec gcc "$@"\n')
     cc.chmod(0o755)
     environ = {k: v for k, v in os.environ.items() if k not in ("RAGMON_PIPELINE", "RAGMON_BUILD_PYTHON")}
     done = subprocess.run(
@@ -129,8 +186,15 @@ def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Pat
         cwd=tmp_path, env=environ | {"CC": str(cc)}, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "a compiled module failed to build; the pipeline runs as Python" in done.stderr
-    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.so") if "_walker" not in p.name)
+    said = [line for line in done.stderr.splitlines() if line.startswith("ragmon: ")]
+    assert said == [
+        "ragmon: compiling ragmon.otlp._walker failed (CompileError: the C compiler exited with 1, "
+        "its message above); the protobuf decoder runs as Python",
+        "ragmon: compiling ragmon.pipeline.assembly failed (CompileError: the C compiler exited with 1, "
+        "its message above); the pipeline runs as Python",
+        "ragmon: a compiled module failed to build; the pipeline runs as Python",
+    ], done.stderr[-2000:]
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.so"))
     assert left == []
     code = "from ragmon import compiled; print(compiled.pipeline(), len(compiled.compiled_modules()))"
     ran = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=environ | {"PYTHONPATH": str(tmp_path)},
@@ -149,3 +213,26 @@ def test_ragmon_build_python_builds_nothing(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert sorted(tmp_path.rglob("*.so")) == [] and not (tmp_path / "build").exists()
+
+
+def test_a_type_error_in_a_compiled_module_is_named_in_one_line(tmp_path: Path) -> None:
+    """mypyc refuses source with a type error: the build goes on without the pipeline and says
+    which file and line, and what mypy said (not only ``SystemExit(2)``)."""
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "ragmon", tmp_path / "ragmon", ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
+    numbers = tmp_path / "ragmon" / "numbers.py"
+    lines = numbers.read_text().splitlines()
+    numbers.write_text("\n".join([*lines, "", 'WRONG: int = "not a number"', ""]))
+    environ = {k: v for k, v in os.environ.items() if k not in ("RAGMON_PIPELINE", "RAGMON_BUILD_PYTHON")}
+    done = subprocess.run(
+        [sys.executable, "setup.py", "--name"],
+        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("ragmon: ")]
+    assert said == [
+        f"ragmon: not compiling the pipeline, mypyc refused it: ragmon/numbers.py:{len(lines) + 2}: error: "
+        'Incompatible types in assignment (expression has type "str", variable has type "int")  '
+        "[assignment]; the pipeline runs as Python"
+    ], done.stderr[-2000:]

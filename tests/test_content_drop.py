@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sidecar import wait_for
+from net_helpers import wait_until
 from test_sidecar_judge import DOCS, exporter, judged, running, send_traces
 
 from ragmon.config import JudgeConfig
@@ -104,7 +104,7 @@ def test_the_sidecar_holds_text_only_for_the_traces_it_samples_and_counts_the_sa
 
     with judge_server_thread() as server, running(JudgeConfig(base_url=server.base_url, sample_rate=0.5)) as (car, clock, loop):
         ids = send_traces([exporter(car)], 16)
-        wait_for(lambda: car.assembler.stats().spans_held == 3 * 16)
+        wait_until(lambda: car.assembler.stats().spans_held == 3 * 16)
 
         async def texts() -> dict[bytes, list[object]]:
             held = car.assembler._pending.values()  # the traces waiting out their grace
@@ -120,8 +120,8 @@ def test_the_sidecar_holds_text_only_for_the_traces_it_samples_and_counts_the_sa
         }
         assert held == expected and 0 < sum(t[0] != "" for t in held.values()) < 16
         clock.now += 3.0
-        wait_for(lambda: car.pipeline.stats().records == 16)
-        wait_for(lambda: judged(car) + judged(car, "skipped_rate") == 16)
+        wait_until(lambda: car.pipeline.stats().records == 16)
+        wait_until(lambda: judged(car) + judged(car, "skipped_rate") == 16)
         assert judged(car, "skipped_rate") == 16 - sum(t[0] != "" for t in held.values())
 
 
@@ -129,7 +129,7 @@ def test_a_probe_trace_keeps_its_text_and_no_trace_does_without_send_documents()
     """A probe's trace is always judged: its id is registered before the request is sent, so the
     sidecar keeps its text though it is outside the sample; with ``send_documents = false`` the
     judge never reads a text, so no trace keeps one."""
-    from ragmon.app import Sidecar
+    from ragmon.sidecar.wiring import Sidecar
     from ragmon.config import Config, MetricsConfig, ReceiverConfig
     from ragmon.scoring.records import ProbeLabels
 

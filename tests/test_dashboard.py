@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from net_helpers import wait_until
 from e2e_stack import free_port
 from judge_server import judge_server_thread
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
@@ -26,12 +27,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 from server_helpers import post
-from test_sidecar import scrape, wait_for
+from test_sidecar import scrape
 from test_sidecar_judge import ANSWER, DOCS, running
 
 from ragmon.config import JudgeConfig, ProbeConfig
 from ragmon.catalogue import CATALOGUE
 from ragmon.ops.dashboard import UID, main, render_dashboard
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
@@ -113,12 +116,12 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         judge = JudgeConfig(base_url=server.base_url, model="judge-model", sample_rate=1.0, concurrency=2)
         with running(judge, probes=(probe,)) as (car, clock, _):
             spans = _send(f"http://127.0.0.1:{car.ports.http}/v1/traces")
-            wait_for(lambda: car.assembler.stats().spans_held == spans)
+            wait_until(lambda: car.assembler.stats().spans_held == spans)
             clock.now += 3.0  # past the grace
-            wait_for(lambda: car.pipeline.stats().records == 3)
+            wait_until(lambda: car.pipeline.stats().records == 3)
             assert car.judge.judge is not None
             stats = car.judge.judge.stats
-            wait_for(lambda: stats().counts.get(("faithfulness", "ok"), 0) >= 2 and not stats().queue_depth and not stats().in_flight)
+            wait_until(lambda: stats().counts.get(("faithfulness", "ok"), 0) >= 2 and not stats().queue_depth and not stats().in_flight)
             _send_feedback(car)
             yield scrape(car.ports.metrics)
 

@@ -32,6 +32,7 @@ from test_decode_hostile import EVENT, SELECTION
 from test_fuzz_decode import _TREES, PROTOBUF_SEEDS, _deep, mutated
 from test_fuzz_decode import _pb_containers as _containers
 
+from ragmon.compiled import use_compiled_decoder
 from ragmon.errors import DecodeError
 from ragmon.model import AttributeFilter
 from ragmon.otlp import decode
@@ -102,7 +103,7 @@ def same(body: bytes, selection: SpanSelection = SELECTION, message: bool = True
 
 
 def test_the_compiled_decoder_runs_unless_python_is_asked_for() -> None:
-    wanted = "python" if os.environ.get("RAGMON_DECODER", "").lower() == "python" else "compiled"
+    wanted = "compiled" if use_compiled_decoder() else "python"
     assert decode.DECODER == wanted
     assert decode.decode_protobuf is (compiled_decode_protobuf if wanted == "compiled" else python_decode_protobuf)
 

@@ -36,6 +36,8 @@ from ragmon.otlp.decode import (
 )
 from ragmon.model import AttrValue, Span
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 SELECTION = replace(CONVENTIONS, events=CONVENTIONS.events | {"gen_ai.evaluation.result"})
 TRACE_ID, SPAN_ID = b"\x01" * 16, b"\x02" * 8
 EVENT = "gen_ai.evaluation.result"

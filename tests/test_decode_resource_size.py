@@ -23,8 +23,8 @@ from ragmon.config import Config, MetricsConfig, ReceiverConfig
 from ragmon.model import Span
 from ragmon.otlp import decode
 from ragmon.otlp.decode import decode_json, kept_resource, python_decode_protobuf
-from ragmon.receivers import inprocess
-from ragmon.receivers.inprocess import RagmonSpanProcessor
+from ragmon.sidecar import inprocess
+from ragmon.sidecar.inprocess import RagmonSpanProcessor
 
 SERVICE, VARIANT = "rag-api", "v" * 500
 SHARED = (decode._DICT + decode._ENTRY + len("ragmon.variant") + len(VARIANT)  # the kept attributes' dict

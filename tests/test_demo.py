@@ -3,6 +3,7 @@ synthetic service, OTLP/HTTP between them, the probe and feedback), its view, an
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import random
@@ -16,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
@@ -24,6 +26,9 @@ from ragmon.config import Config, JudgeConfig
 from ragmon.demo.corpus import build_corpus, generate, rerank, retrieve
 from ragmon.demo.run import demo_config
 from ragmon.demo.view import MIN_SAMPLES, Row, alerts, plain, render
+from ragmon.ops.rules import Thresholds
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 ROOT = Path(__file__).resolve().parent.parent
 URL = re.compile(r"metrics:\s+http://127\.0\.0\.1:(\d+)/metrics")
@@ -174,13 +179,16 @@ def test_alerts_follow_the_rules_thresholds() -> None:
     before = {"A": Row(hit_rate=0.875, mrr=0.75, faithfulness=0.9, judge="llm")}
     n = MIN_SAMPLES
     assert alerts({"A": Row(hit_rate=0.75, mrr=0.6875, retrievals=n)}, before) == [
-        "RagHitRateDrop (critical) would fire for variant A: hit rate@5 0.88 -> 0.75 (drop 0.12 >= 0.10)"]
+        "RagHitRateDrop (critical) would fire for variant A: hit rate@5 0.88 -> 0.75 (drop 0.12 > 0.10)"]
     assert alerts({"A": Row(hit_rate=0.8125, mrr=0.625, retrievals=n)}, before) == [
-        "RagMrrDrop (warning) would fire for variant A: MRR 0.75 -> 0.62 (drop 0.12 >= 0.10)"]
+        "RagMrrDrop (warning) would fire for variant A: MRR 0.75 -> 0.62 (drop 0.12 > 0.10)"]
+    exact = dataclasses.replace(Thresholds(), hit_rate_drop=0.125, mrr_drop=0.125)  # dyadic: no rounding
+    assert alerts({"A": Row(hit_rate=0.75, mrr=0.625, retrievals=n)}, before, exact) == []  # at the threshold: the rules' `<` holds not
+    assert len(alerts({"A": Row(hit_rate=0.75 - 2**-20, mrr=0.625 - 2**-20, retrievals=n)}, before, exact)) == 2
     assert alerts({"A": Row(hit_rate=0.1, mrr=0.1, retrievals=n - 1)}, before) == []  # too few to say
     assert alerts({"A": Row(hit_rate=0.1, retrievals=n)}, None) == []  # no baseline yet
     assert alerts({"A": Row(faithfulness=0.5, judged=n, judge="llm")}, before) == [
-        "RagFaithfulnessDrop (critical) would fire for variant A: faithfulness 0.90 -> 0.50 (drop 0.40 >= 0.10)"]
+        "RagFaithfulnessDrop (critical) would fire for variant A: faithfulness 0.90 -> 0.50 (drop 0.40 > 0.10)"]
     assert alerts({"A": Row(faithfulness=0.5, judged=n, judge="lexical")}, before) == []  # the rules skip it
     assert alerts({"A": Row(faithfulness=0.5, judged=n - 1, judge="llm")}, before) == []
     assert alerts({"B": Row(hit_rate=0.1, retrievals=n)}, before) == []  # no baseline for B

@@ -16,10 +16,9 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,7 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
+from net_helpers import wait_until
 from ragmon.config import Config, config_from_mapping, load_config
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -84,7 +86,7 @@ APP_SHUTDOWN_ALLOWANCE = 30
 def test_grace_periods_cover_ragmons_shutdown_and_the_linger_outlasts_a_scrape_interval() -> None:
     """SIGTERM must end in exit 0, not SIGKILL: each pod's grace covers ragmon's worst case (plus
     the app's shutdown where ragmon is a sidecar), and the linger waits out one scrape interval."""
-    from ragmon.app import shutdown_bound
+    from ragmon.sidecar.wiring import shutdown_bound
     from ragmon.config import parse_duration
 
     configs = {
@@ -445,14 +447,6 @@ def test_compose_demo_probes_the_example_app_with_its_golden_set() -> None:
     ]
 
 
-def wait_for(condition: Callable[[], bool], state: Callable[[], object], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met in time; state: {state()}")
-        time.sleep(0.02)
-
-
 class _Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -479,10 +473,10 @@ def test_example_app_feeds_a_real_ragmon() -> None:
         argv = ["--endpoint", f"http://127.0.0.1:{car.ports.http}", "--requests", "40", "--rps", "0",
                 "--port", "-1", "--seed", "7", "--service", "rag-example", "--variant", "A", "--error-rate", "0"]
         assert app.main(argv) == 0
-        wait_for(lambda: car.ingest.spans_received["http"] == 120, lambda: car.ingest)  # root, retriever, LLM
-        wait_for(lambda: car.assembler.stats().spans_held == 120, lambda: car.assembler.stats())
+        wait_until(lambda: car.ingest.spans_received["http"] == 120, 30.0, details=lambda: car.ingest)  # root, retriever, LLM
+        wait_until(lambda: car.assembler.stats().spans_held == 120, 30.0, details=lambda: car.assembler.stats())
         clock.now += 5.0  # past the grace period (after assembly: arrival times are the clock's)
-        wait_for(lambda: car.pipeline.stats().records == 40, lambda: car.pipeline.stats())
+        wait_until(lambda: car.pipeline.stats().records == 40, 30.0, details=lambda: car.pipeline.stats())
         with urllib.request.urlopen(f"http://127.0.0.1:{car.ports.metrics}/metrics", timeout=10) as response:
             text = response.read().decode()
     values = {

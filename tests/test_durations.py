@@ -22,10 +22,11 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Tracer
 from otel_helpers import to_protobuf
 from prometheus_client.parser import text_string_to_metric_families
+from net_helpers import wait_until
 from server_helpers import LoopThread, post, sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig, TracesConfig
 
 NOW = 1_765_000_000 * 10**9
@@ -78,9 +79,9 @@ def test_an_impossible_duration_records_no_latency_and_is_counted(
 ) -> None:
     car, clock, _ = sidecar
     _send(car, root, retrieval)
-    wait_for(lambda: car.assembler.stats().spans_held == 2)
+    wait_until(lambda: car.assembler.stats().spans_held == 2)
     clock.now += 3.0  # past the grace
-    wait_for(lambda: car.pipeline.stats().records == 1)
+    wait_until(lambda: car.pipeline.stats().records == 1)
     v = samples(scrape(car.ports.metrics))
     for stage, n in invalid.items():
         assert value(v, "ragmon_durations_invalid_total", stage=stage) == n
@@ -146,9 +147,9 @@ def test_any_timestamps_never_give_an_impossible_latency(sidecar: tuple[Sidecar,
         status, _, _ = post(url, to_protobuf(_record(build)), {"Content-Type": "application/x-protobuf"})
         assert status == 200
         sent += 1
-        wait_for(lambda: car.assembler.stats().spans_held == 2)
+        wait_until(lambda: car.assembler.stats().spans_held == 2)
         clock.now += 3.0
-        wait_for(lambda: car.pipeline.stats().records == sent)
+        wait_until(lambda: car.pipeline.stats().records == sent)
         for openmetrics in (False, True):
             for family in text_string_to_metric_families(scrape(car.ports.metrics, openmetrics).replace("# EOF\n", "")):
                 assert all(math.isfinite(s.value) for s in family.samples), family.name

@@ -27,7 +27,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from net_helpers import wait_until
 from e2e_stack import (
+    NOT_YET,
     EXAMPLE_SERVICE,
     JOB,
     ROOT,
@@ -39,10 +41,11 @@ from e2e_stack import (
     interpolate,
     resolve_variables,
     start_stack,
-    wait_until,
 )
 
 from ragmon.ops.rules import ALERTS, RUNBOOK_URL, parse_duration
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 RULES = RuleSettings(window="20s", baseline="30s", min_queries=15, for_scale=0.01)
 RATE = 4.0
@@ -104,9 +107,7 @@ def wait_for_every_kind_of_series(stack: Stack) -> None:
     def missing() -> list[str]:
         return [selector for selector in EVERY_KIND if not stack.api.vector(selector)]
 
-    wait_until(
-        "every kind of series in Prometheus",
-        lambda: not missing(), timeout=60,
+    wait_until(what="every kind of series in Prometheus", tolerate=NOT_YET, interval=0.25, probe=lambda: not missing(), timeout=60,
         details=lambda: f"missing: {missing()}\n{stack.diagnostics()}",
     )
 
@@ -117,7 +118,7 @@ def test_prometheus_scrapes_ragmon_and_loads_the_generated_rules(stack: Stack) -
         def targets() -> list[dict[str, Any]]:
             return [t for t in api.get("/api/v1/targets")["data"]["activeTargets"] if t["labels"]["job"] == JOB]
 
-        wait_until("the ragmon target up", lambda: [t for t in targets() if t["health"] == "up"], timeout=30,
+        wait_until(what="the ragmon target up", tolerate=NOT_YET, interval=0.25, probe=lambda: [t for t in targets() if t["health"] == "up"], timeout=30,
                    details=lambda: json.dumps(targets(), indent=1))
         (target,) = targets()
         assert target["scrapeUrl"] == f"http://127.0.0.1:{stack.ragmon_ports['metrics']}/metrics"
@@ -126,7 +127,7 @@ def test_prometheus_scrapes_ragmon_and_loads_the_generated_rules(stack: Stack) -
             return list(api.get("/api/v1/rules")["data"]["groups"])
 
         # every rule evaluated (health "unknown" before its first evaluation), none failing
-        wait_until("every rule evaluated", lambda: all(r["health"] != "unknown" for g in groups() for r in g["rules"]),
+        wait_until(what="every rule evaluated", tolerate=NOT_YET, interval=0.25, probe=lambda: all(r["health"] != "unknown" for g in groups() for r in g["rules"]),
                    timeout=30)
         loaded = groups()
         assert sorted(g["name"] for g in loaded) == ["ragmon.alerts", "ragmon.recording"]
@@ -191,7 +192,7 @@ def test_every_dashboard_query_parses_and_returns_data(stack: Stack) -> None:
             return not last
 
         try:
-            wait_until("every dashboard query to return data", clean, timeout=30, interval=2)
+            wait_until(what="every dashboard query to return data", tolerate=NOT_YET, probe=clean, timeout=30, interval=2.0)
         except AssertionError:
             pass
         assert not last, f"{len(last)} of {len(targets)} dashboard queries fail:\n" + "\n".join(last)
@@ -224,9 +225,7 @@ def test_a_retrieval_regression_fires_the_hit_rate_alert_and_restoring_quality_r
     with stack.dump_on_failure():
         # 1. good traffic until the baseline window (ending W ago) has enough scored retrievals
         baseline_guard = f"sum by (service, variant, source) (increase(ragmon_retrieval_queries_total{{{sel}}}[{b}] offset {w}))"
-        wait_until(
-            "enough good traffic in the baseline window",
-            lambda: api.vector(f"{baseline_guard} >= {minimum + 4}")
+        wait_until(what="enough good traffic in the baseline window", tolerate=NOT_YET, interval=0.25, probe=lambda: api.vector(f"{baseline_guard} >= {minimum + 4}")
             and api.vector(f'ragmon:retrieval_hit_rate:ratio_rate{b}_offset{w}{{variant="{REGRESSED}", k="1"}} == 1'),
             timeout=90,
         )
@@ -240,9 +239,7 @@ def test_a_retrieval_regression_fires_the_hit_rate_alert_and_restoring_quality_r
             alerts = hit_rate_alerts(stack, "firing", regressed_at)
             return alerts if KS <= {a["labels"]["k"] for a in alerts} else []
 
-        firing = wait_until(
-            f"RagHitRateDrop firing for variant {REGRESSED} at k = {sorted(KS)} on the webhook",
-            firing_at_every_k, timeout=60, details=webhook.summary,
+        firing = wait_until(what=f"RagHitRateDrop firing for variant {REGRESSED} at k = {sorted(KS)} on the webhook", tolerate=NOT_YET, interval=0.25, probe=firing_at_every_k, timeout=60, details=webhook.summary,
         )
         fired_after = time.monotonic() - regressed_at
         for alert in firing:
@@ -279,7 +276,7 @@ def test_a_retrieval_regression_fires_the_hit_rate_alert_and_restoring_quality_r
                 and n.payload.get("groupLabels", {}).get("variant") == REGRESSED
             ]
 
-        (payload, *_) = wait_until("RagHitRateDrop resolved on the webhook", resolved, timeout=90, details=webhook.summary)
+        (payload, *_) = wait_until(what="RagHitRateDrop resolved on the webhook", tolerate=NOT_YET, interval=0.25, probe=resolved, timeout=90, details=webhook.summary)
         resolved_after = time.monotonic() - restored_at
         assert {a["labels"]["k"] for a in payload["alerts"]} == KS
         assert all(a["status"] == "resolved" and not a["endsAt"].startswith("0001") for a in payload["alerts"])

@@ -16,6 +16,8 @@ from otel_helpers import record_spans, to_otlp_json
 
 from ragmon.judge.prompts import EVALUATORS
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 # Per record, by a word of its answer: (faithfulness claims, answer relevance, relevant docs, covered reference claims)
 VERDICTS: dict[str, tuple[tuple[bool, ...], str, tuple[bool, ...], tuple[bool, ...]]] = {
     "refunds": ((True, True, False), "yes", (True, False), (True, False)),

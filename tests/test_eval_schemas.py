@@ -32,6 +32,8 @@ from ragmon.offline.files import container, read_records
 from ragmon.offline.records import EvalRecord
 from ragmon.offline.schemas import SCHEMAS, detect
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 # --------------------------------------------------------------------------------------------
 # the datasets, in each tool's own keys
 

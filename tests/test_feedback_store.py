@@ -36,9 +36,11 @@ def test_keeping_a_trace_again_replaces_it_and_age_expires_it() -> None:
     store.keep(_id(1), ["a"], "s", "v", now=0.0)
     store.keep(_id(1), ["a", "b"], "s", "v", now=5.0)
     assert (len(store), store.bytes) == (1, ENTRY_OVERHEAD_BYTES + _str("a\x00b") + 2 * _str("s"))
+    store.keep(_id(2), ["c"], "s", "v", now=15.0)  # expires what is older than retention: not _id(1), exactly as old
+    assert (len(store), store.dropped["expired"]) == (2, 0)
     assert isinstance(store.find(_id(1), 15.0), Kept)
     assert store.find(_id(1), 15.5) == "expired"
-    assert (len(store), store.bytes, store.dropped["expired"]) == (0, 0, 1)
+    assert (len(store), store.bytes, store.dropped["expired"]) == (1, ENTRY_OVERHEAD_BYTES + _str("c") + 2 * _str("s"), 1)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -30,6 +31,8 @@ from test_decode_hostile import EVENT, SELECTION, _rag, deep_size, otlp_json
 from ragmon.errors import DecodeError
 from ragmon.otlp.decode import MAX_EVENTS, MAX_VALUE_DEPTH, Decoded, SpanSelection, count_spans, decode_json, decode_protobuf
 from ragmon.model import AttrValue
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 FUZZ = settings(
     max_examples=200,

@@ -18,7 +18,7 @@ from test_sidecar_feedback import SV, make, scored, send
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.groundtruth.feedback import OUTCOMES
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,

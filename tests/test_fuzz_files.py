@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.cli import file_problems, main
 from ragmon.config import Config, config_from_mapping, load_config, toml_defaults
 from ragmon.errors import ConfigError, InputError
-from ragmon.groundtruth.relevance import read_golden_queries, read_qrels
+from ragmon.formats.relevance import read_golden_queries, read_qrels
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

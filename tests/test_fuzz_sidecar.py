@@ -25,10 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from otel_helpers import record_spans, to_protobuf
+from net_helpers import wait_until
 from server_helpers import LoopThread, post, sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 
 FUZZ = settings(max_examples=250, deadline=None, derandomize=True, database=None,
@@ -221,9 +222,9 @@ def _finish_good_traffic(car: Sidecar, clock: FakeClock, service: str, protocol:
         else:
             with grpc.insecure_channel(f"127.0.0.1:{car.ports.grpc}") as channel:
                 channel.unary_unary(EXPORT)(body, timeout=10)
-    wait_for(lambda: car.pipeline.stats().queued_spans == 0)
+    wait_until(lambda: car.pipeline.stats().queued_spans == 0)
     clock.now += 120.0  # past max_wait: every trace held is finished, the good ones complete
-    wait_for(lambda: car.assembler.stats().traces_pending == 0)
+    wait_until(lambda: car.assembler.stats().traces_pending == 0)
     v = samples(scrape(car.ports.metrics))
     src = {"service": service, "variant": "v", "source": "label"}
     assert value(v, "ragmon_traces_total", service=service, variant="v") == 3

@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from ragmon.config import Config, MetricsConfig, ScoringConfig
-from ragmon.receivers.inprocess import RagmonSpanProcessor
+from ragmon.sidecar.inprocess import RagmonSpanProcessor
 
 HOSTILE = "a\ud800b\r\nc\x00d\u202ee\x1b"
 CLEAN = "a\ufffdb\ufffd\ufffdc\ufffdd\ufffde\ufffd"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from net_helpers import wait_until
 from judge_server import judge_server_thread, verdict_for
 from opentelemetry import trace as otel_trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -32,16 +33,19 @@ from otel_helpers import record_spans, to_protobuf
 from prometheus_client import CollectorRegistry, generate_latest
 from server_helpers import sidecar_thread
 from strategies import SETTINGS
-from test_sidecar import PRICE, TRACES, FakeClock, make_rag_traces, samples, scrape, value, wait_for
+from test_sidecar import PRICE, TRACES, FakeClock, make_rag_traces, samples, scrape, value
 from test_sidecar_judge import exporter, finish, judged, running, send_traces
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
 from ragmon.conventions import SELECTION
 from ragmon.model import AttributeFilter
 from ragmon.otlp.decode import SpanSelection, decode_protobuf, kept_resource
-from ragmon.receivers import inprocess
-from ragmon.receivers.inprocess import RagmonSpanProcessor, to_span
+from ragmon.sidecar import inprocess
+from ragmon.receivers.inprocess import to_span
+from ragmon.sidecar.inprocess import RagmonSpanProcessor
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 SV = {"service": "rag-api", "variant": "B"}
@@ -67,9 +71,9 @@ def config(**receiver: int) -> Config:
 
 def scored(car: Sidecar, clock: FakeClock, spans: int, records: int) -> None:
     """Wait until ``spans`` are held, step past the grace, wait for ``records`` scored."""
-    wait_for(lambda: car.assembler.stats().spans_held == spans)
+    wait_until(lambda: car.assembler.stats().spans_held == spans)
     clock.now += 3.0
-    wait_for(lambda: car.pipeline.stats().records == records)
+    wait_until(lambda: car.pipeline.stats().records == records)
 
 
 INGEST = ("ragmon_spans_", "ragmon_requests_rejected", "ragmon_attributes_truncated", "ragmon_connections",
@@ -256,10 +260,10 @@ def test_the_llm_judge_runs_in_process_with_the_same_numbers() -> None:
             try:
                 send_traces([exporter(car), _Into(proc)], 3)
                 finish(car, clock, 3)
-                wait_for(lambda: judged(car) == 3)
+                wait_until(lambda: judged(car) == 3)
                 proc_clock.now += 3.0
                 assert proc.force_flush()
-                wait_for(lambda: judged(proc.sidecar) == 3)
+                wait_until(lambda: judged(proc.sidecar) == 3)
                 assert proc.force_flush()  # the registry then shows what is judged by now, however busy the loop
                 assert proc.registry is not None
                 in_process = rag_series(samples(generate_latest(proc.registry).decode()))

@@ -23,11 +23,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+from net_helpers import wait_until
 from test_inprocess import SV, config, send
-from test_sidecar import TRACES, FakeClock, make_rag_traces, samples, value, wait_for
+from test_sidecar import TRACES, FakeClock, make_rag_traces, samples, value
 
-from ragmon.receivers import inprocess
-from ragmon.receivers.inprocess import RagmonSpanProcessor
+from ragmon.sidecar import inprocess
+from ragmon.sidecar.inprocess import RagmonSpanProcessor
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 QUIET_BOUND = 0.05
 """Seconds a scrape may take while ragmon's loop is stalled and nothing else runs: the scrape
@@ -160,9 +163,9 @@ def test_a_collection_that_started_later_is_never_replaced_by_an_earlier_one(
     registry = registry_of(proc)
     earlier, asked = proc._ask_collection()  # what a scrape asks for
     assert asked
-    wait_for(lambda: len(gates) == 1)
+    wait_until(lambda: len(gates) == 1)
     later = asyncio.run_coroutine_threadsafe(proc._collect(), proc._loop)  # as force_flush's
-    wait_for(lambda: len(gates) == 2)
+    wait_until(lambda: len(gates) == 2)
     proc._loop.call_soon_threadsafe(gates[1].set)
     later.result(10)
     assert family_names(generate_latest(registry)) == {"collection_1"}
@@ -170,7 +173,7 @@ def test_a_collection_that_started_later_is_never_replaced_by_an_earlier_one(
     earlier.result(10)
     assert family_names(generate_latest(registry)) == {"collection_1"}
     proc._loop.call_soon_threadsafe(gates[2].set)  # the scrape just now asked for a third
-    wait_for(lambda: family_names(generate_latest(registry)) == {"collection_2"})
+    wait_until(lambda: family_names(generate_latest(registry)) == {"collection_2"})
 
 
 class _Broken(Collector):
@@ -190,7 +193,7 @@ def test_a_failing_collection_is_logged_and_never_raised_into_the_application(
     with caplog.at_level(logging.ERROR, logger="ragmon"):
         text = generate_latest(registry)  # the collection it asks for fails on the loop
         assert value(samples(text.decode()), "ragmon_traces_total", **SV) == 3  # the latest collected
-        wait_for(lambda: "ragmon's families could not be collected" in caplog.text)
+        wait_until(lambda: "ragmon's families could not be collected" in caplog.text)
         proc.shutdown()
         text = generate_latest(registry)  # stopped: collected directly, fails, logged
     assert "ragmon_traces_total" not in text.decode()

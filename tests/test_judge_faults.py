@@ -58,6 +58,8 @@ from ragmon.judge.stage import JudgeStage
 from ragmon.model import RagRecord, RetrievedDocument
 from ragmon.scoring.pricing import Pricer, PriceResult
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None)
 
 
@@ -248,7 +250,7 @@ async def never_answering() -> AsyncIterator[str]:
 
 def _stage(config: JudgeConfig, client: CompletionClient | None = None) -> JudgeStage:
     metrics = RagMetrics(CollectorRegistry(), ks=(1, 3), windows=[300.0], max_label_values=100, clock=lambda: 0.0)
-    return JudgeStage(config, metrics, Pricer(package_table=False), lambda: 0.0, {}, client=client,
+    return JudgeStage(config, (metrics,), metrics.ks, Pricer(package_table=False), lambda: 0.0, {}, client=client,
                       rng=random.Random(0))
 
 

@@ -21,12 +21,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_helpers import LoopThread, post
 from test_receiver_http import PB, SELECTION, SPANS, Sink
 
-from ragmon.app import _on_loop_error, connection_caps
+from ragmon.sidecar.openfiles import connection_caps
+from ragmon.sidecar.process import _on_loop_error
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
-from ragmon.receivers.listeners import ListenerLimits, ListenerStats
-from ragmon.receivers.ratelog import RateLimitedLog
+from ragmon.net.listeners import ListenerLimits, ListenerStats
+from ragmon.net.ratelog import RateLimitedLog
 from ragmon.receivers import otlp_http
 from ragmon.receivers.ingest import IngestStats, ReceiverSettings
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 
 class Served:

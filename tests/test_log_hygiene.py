@@ -23,6 +23,8 @@ from test_sidecar import send_rag_traces
 
 from ragmon.cli import QUIET_LOGGERS, configure_logging, mask_credentials
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 PASSWORD = "s3cr3t-PASSWORD"
 LEVELS = ("debug", "info", "warning", "error")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from server_helpers import scrape
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config
 from ragmon.judge.prompts import TOXICITY_CATEGORIES
 from ragmon.model import RagRecord

@@ -371,11 +371,21 @@ def test_the_worker_yields_while_it_moves_a_full_queue_into_assembly() -> None:
 # -- counters, steps and yields: exact -----------------------------------------------------------
 
 
+class _Seen:
+    """A ``RecordConsumer`` that records (trace id, now) of every scored record."""
+
+    def __init__(self, seen: list[tuple[bytes, float]]) -> None:
+        self.seen = seen
+
+    def consume(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        self.seen.append((record.trace_id, now))
+
+
 def _recording_pipeline(
     extract: object, score: object, times: list[float], seen: list[tuple[bytes, float]], **kwargs: object
 ) -> Pipeline:
-    """A pipeline on the clock ``times[0]`` whose ``after`` stage records (trace id, now) of
-    every scored record."""
+    """A pipeline on the clock ``times[0]`` whose consumer records (trace id, now) of every
+    scored record."""
     params: dict[str, object] = dict(
         metrics=RagMetrics(CollectorRegistry(), ks=(1,), windows=(300.0,), max_label_values=10, clock=lambda: times[0]),
         max_queued_spans=10_000, clock=lambda: times[0],
@@ -386,7 +396,7 @@ def _recording_pipeline(
         extract=extract,  # type: ignore[arg-type]
         score=score,  # type: ignore[arg-type]
         price=lambda calls: price_calls(calls.calls, Pricer(), calls.start_ns),
-        after=lambda record, scores, now: seen.append((record.trace_id, now)),
+        consumers=[_Seen(seen)],
         **params,  # type: ignore[arg-type]
     )
 

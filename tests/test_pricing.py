@@ -27,6 +27,8 @@ from ragmon.config import Config, Price
 from ragmon.scoring import pricing
 from ragmon.scoring.pricing import Pricer, PriceResult, _compile, _package_total, _TableRate
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 LATEST = datetime(9999, 12, 31, 12, 0, tzinfo=UTC)
 
 
@@ -588,6 +590,6 @@ def test_the_price_table_is_imported_by_a_pricer_not_by_the_command_line() -> No
     """genai-prices takes about half a second to import: the command line (``eval``,
     ``--version``) does not pay it, and a ``Pricer`` pays it when made, so ``ragmon run``
     pays it at start-up, never on the event loop at the first unknown model."""
-    assert not any(m.startswith("genai_prices") for m in _modules_after("import ragmon.cli, ragmon.app"))
+    assert not any(m.startswith("genai_prices") for m in _modules_after("import ragmon.cli, ragmon.sidecar.process"))
     made = _modules_after("from ragmon.scoring.pricing import Pricer\nPricer()")
     assert {"genai_prices.data", "genai_prices.data_snapshot", "genai_prices.types"} <= made

@@ -27,22 +27,25 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import SpanKind, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from net_helpers import wait_until
 from judge_server import judge_server_thread, verdict_for
 from e2e_stack import free_port
 from server_helpers import LoopThread, sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import (
     Config, JudgeConfig, MetricsConfig, ProbeConfig, ReceiverConfig, ScoringConfig, config_from_mapping,
 )
 from ragmon.errors import ConfigError
 from ragmon.errors import InputError
 from ragmon.judge.lexical import lexical_faithfulness
-from ragmon.groundtruth.jsonpath import parse_path, select
+from ragmon.formats.jsonpath import parse_path, select
 from ragmon.groundtruth.prober import OUTCOMES, RESULTS, ProbeRegistry, fill_template
-from ragmon.groundtruth.relevance import read_golden_queries
+from ragmon.formats.relevance import read_golden_queries
 from ragmon.scoring.records import ProbeLabels
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 # (query, the app's ranking for it, golden relevant ids): reciprocal ranks 1, 1/2, 0, 1/3
 QUERIES = [
@@ -210,10 +213,10 @@ def test_probes_are_joined_scored_judged_and_counted(tmp_path: Path) -> None:
             ProbeConfig(name="down", url=f"http://127.0.0.1:{closed}/ask", interval=3600.0, dataset=one),
         )
         with sidecar(http, probes, golden, sample_rate=0.0) as (car, clock, _):
-            wait_for(lambda: outcomes(car) == 4 + 4 + 1 + 1 + 1 + 1)
-            wait_for(lambda: car.assembler.stats().spans_held == 3 * (4 + 4 + 1))
+            wait_until(lambda: outcomes(car) == 4 + 4 + 1 + 1 + 1 + 1)
+            wait_until(lambda: car.assembler.stats().spans_held == 3 * (4 + 4 + 1))
             clock.now += 3.0  # past the grace
-            wait_for(lambda: car.pipeline.stats().records == 9)
+            wait_until(lambda: car.pipeline.stats().records == 9)
             v = samples(scrape(car.ports.metrics))
             with urllib.request.urlopen(f"http://127.0.0.1:{car.ports.metrics}/", timeout=10) as response:
                 page = response.read().decode()
@@ -296,14 +299,14 @@ def test_probe_metrics_start_at_zero_and_the_interval_paces_passes(tmp_path: Pat
         )
         with sidecar(http, probes, golden) as (car, clock, _):
             ask, get = car.probes.probers
-            wait_for(lambda: ask.outcomes["ok"] == 2 and get.outcomes["ok"] == 2)
+            wait_until(lambda: ask.outcomes["ok"] == 2 and get.outcomes["ok"] == 2)
             clock.now += 30.0
             time.sleep(0.6)  # a few ticks of the schedule: no pass before the interval
             assert ask.outcomes["ok"] == 2
             clock.now += 30.0
-            wait_for(lambda: ask.outcomes["ok"] == 4 and get.outcomes["ok"] == 4)
+            wait_until(lambda: ask.outcomes["ok"] == 4 and get.outcomes["ok"] == 4)
             clock.now += 120.0  # overran by a whole interval: one pass now, not a burst of two
-            wait_for(lambda: ask.outcomes["ok"] == 6)
+            wait_until(lambda: ask.outcomes["ok"] == 6)
             time.sleep(0.6)
             assert ask.outcomes["ok"] == 6
     # 3 passes x (POST + GET); GET has no body, its query (quotes, backslash, braces, non-ASCII)
@@ -322,11 +325,11 @@ def test_probes_are_always_judged_by_the_llm_judge(tmp_path: Path) -> None:
         probes = (ProbeConfig(name="ask", url=f"http://127.0.0.1:{app.port}/ask", interval=3600.0),)
         judge = {"base_url": server.base_url, "model": "judge-model", "sample_rate": 0.0, "max_per_minute": 0}
         with sidecar(http, probes, golden, **judge) as (car, clock, _):
-            wait_for(lambda: car.assembler.stats().spans_held == 6)
+            wait_until(lambda: car.assembler.stats().spans_held == 6)
             clock.now += 3.0
-            wait_for(lambda: car.pipeline.stats().records == 2)
+            wait_until(lambda: car.pipeline.stats().records == 2)
             assert car.judge.judge is not None
-            wait_for(lambda: car.judge.judge.stats().counts.get(("answer_correctness", "ok"), 0) == 2)
+            wait_until(lambda: car.judge.judge.stats().counts.get(("answer_correctness", "ok"), 0) == 2)
             v = samples(scrape(car.ports.metrics))
     assert len(server.requests) == 2
     for evaluator in ("faithfulness", "answer_relevance", "context_relevance", "answer_correctness"):
@@ -357,7 +360,7 @@ def test_stop_does_not_wait_for_requests_in_flight(tmp_path: Path) -> None:
     with running_app(f"http://127.0.0.1:{http}/v1/traces") as app:
         probes = (ProbeConfig(name="slow", url=f"http://127.0.0.1:{app.port}/slow", interval=3600.0, timeout=30.0),)
         with sidecar(http, probes, golden) as (car, clock, loop):
-            wait_for(lambda: len(app.bodies.get("/slow", [])) == 1)
+            wait_until(lambda: len(app.bodies.get("/slow", [])) == 1)
             started = time.monotonic()
             loop.run(car.probes.stop(timeout=1.0))
             assert time.monotonic() - started < 1.0

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from judge_server import judge_server_thread
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

@@ -29,10 +29,12 @@ from test_receiver_http import SELECTION, SPANS, Receiver, Sink
 from ragmon.errors import DecodeError
 from ragmon.model import Offer
 from ragmon.otlp.decode import decode_protobuf
-from ragmon.receivers.listeners import SLOW_SENDER_SECONDS, ByteBudget, ListenerLimits
+from ragmon.net.listeners import SLOW_SENDER_SECONDS, ByteBudget, ListenerLimits
 from ragmon.receivers import otlp_grpc
 from ragmon.receivers.ingest import IngestGate, IngestStats
 from ragmon.receivers.ingest import ReceiverSettings
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 METHOD = f"/{otlp_grpc.SERVICE}/Export"
 

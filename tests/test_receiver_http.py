@@ -31,8 +31,8 @@ from server_helpers import LoopThread, post
 
 from ragmon.otlp.decode import SpanSelection
 from ragmon.model import AttributeFilter, Offer, Span
-from ragmon.receivers.listeners import ListenerLimits
-from ragmon.receivers.ratelog import RateLimitedLog
+from ragmon.net.listeners import ListenerLimits
+from ragmon.net.ratelog import RateLimitedLog
 from ragmon.receivers import otlp_http
 from ragmon.errors import BodyTooLargeError
 from ragmon.receivers.gunzip import gunzip

@@ -32,6 +32,8 @@ from ragmon.ops.rules import (
     to_yaml,
 )
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 ROOT = Path(__file__).resolve().parent.parent
 RULE_FILE = ROOT / "deploy" / "prometheus" / "ragmon-rules.yml"
 PROMETHEUS_RULE = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"

@@ -19,6 +19,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from process_helpers import RagmonProcess, config_file
 from test_sidecar import send_rag_traces
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 PORT_LINE = re.compile(r"(metrics|OTLP/HTTP|OTLP/gRPC) on ([\d.]+):(\d+)")
 
 
@@ -174,7 +176,7 @@ def test_one_start_up_line_says_what_listens_and_what_is_off(tmp_path: Path) -> 
         "no golden set",
         "no probes",
         facts.split("; ")[-2],
-        "malloc arenas 2",  # glibc: freed memory given back (ragmon.app.tune_malloc)
+        "malloc arenas 2",  # glibc: freed memory given back (ragmon.sidecar.process.tune_malloc)
     ], facts
     assert re.fullmatch(r"open-file limit (\d+|unlimited|raised from \d+ to (\d+|unlimited))", facts.split("; ")[-2])
 

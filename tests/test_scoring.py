@@ -12,8 +12,8 @@ from hypothesis import given
 from strategies import SETTINGS, graded_relevance, rankings
 
 from ragmon.config import Price
-from ragmon.groundtruth.relevance import Qrels
-from ragmon.groundtruth.text import normalize_query
+from ragmon.formats.relevance import Qrels
+from ragmon.formats.text import normalize_query
 from ragmon.metrics import retrieval
 from ragmon.model import LlmCall, RagRecord, RetrievedDocument
 from ragmon.scoring.pricing import Pricer

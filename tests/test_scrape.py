@@ -28,11 +28,13 @@ from server_helpers import call_soon, post, scrape, scrape_async, sidecar_thread
 from test_metrics_bounds import _observe_all
 from test_sidecar import FakeClock
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 from ragmon.export.exporter import RagMetrics
 from ragmon.export.server import gzip_accepted, metrics_app
 from ragmon.export.status import StatusSnapshot, render
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 TOKEN = "s3cret-token"
 
@@ -387,7 +389,7 @@ def test_ragmon_run_switches_threads_every_millisecond(monkeypatch: pytest.Monke
     scrape's rendering thread (``SWITCH_INTERVAL``); the test process keeps its own after."""
     import sys
 
-    from ragmon import app
+    from ragmon.sidecar import process as app
 
     before = sys.getswitchinterval()
     seen: list[float] = []
@@ -407,7 +409,7 @@ def test_ragmon_run_switches_threads_every_millisecond(monkeypatch: pytest.Monke
 
 
 def test_ragmon_run_builds_its_sidecar_as_its_own_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ragmon import app
+    from ragmon.sidecar import process as app
 
     class Built(Exception):
         pass

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_helpers import LoopThread
 
 from ragmon.export.server import ScrapeLimits, ScrapeStats, metrics_handler
-from ragmon.receivers.listeners import ByteBudget
+from ragmon.net.listeners import ByteBudget
 
 SERIES = 60_000
 """Series of the test registry: a text answer of about 4 MB."""

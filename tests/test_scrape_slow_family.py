@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 from prometheus_client.core import GaugeMetricFamily
@@ -13,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ragmon.export.series import DeferredFamily
 from ragmon.export.server import metrics_app
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 SLOW = 0.3
 

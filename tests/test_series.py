@@ -218,7 +218,7 @@ def test_counter_budget_folds_new_label_sets_into_other_and_counts_each_incremen
     folded.inc(1)
     family.cell(("d", "3")).inc()
     assert family.cell(("a", "1")).inc() is None  # an own series stays own
-    values = {labels: cell.value for labels, cell in family._cells.items()}
+    values = {labels: cell.value for labels, cell in family._made.items()}
     assert values == {("a", "1"): 3.0, ("b", "1"): 1.0, ("other", "1"): 6.0, ("other", "3"): 1.0}
     assert family.folded == 3  # increments, not amounts
     assert len(family) == 4 and sum(values.values()) == 11.0
@@ -243,10 +243,10 @@ def test_histogram_budget_adds_folded_values_to_other_exactly() -> None:
     folded = family.series(("b", "total"))
     family.add(folded, [0.2, 0.3, 0.4], ["t3", "t4", "t5"], 2.0)
     family.add(family.series(("c", "total")), [0.05], None, 2.0)
-    other = family._series[("other", "total")]
+    other = family._made[("other", "total")]
     assert (other.counts, other.sum) == ([1, 1, 2, 0, 0, 0], 0.2 + 0.3 + 0.4 + 0.05)
     assert family.folded == 4
-    assert sum(sum(s.counts) for s in family._series.values()) == 6
+    assert sum(sum(s.counts) for s in family._made.values()) == 6
     text = generate_latest(_registry(SeriesCollector([family], lambda: None))).decode()
     assert 'h_count{service="other",stage="total"} 4.0' in text and 'h_count{service="a",stage="total"} 2.0' in text
 
@@ -257,7 +257,7 @@ def test_budget_keeps_totals_exact_and_series_bounded(increments: list[tuple[int
     family = CounterFamily("c", "Doc.", ["service", "kind"], lambda: 1.0, max_series=budget, fold_labels={"service"})
     for service, kind, amount in increments:
         family.cell((f"s{service}", kind)).inc(amount)
-    values = {labels: cell.value for labels, cell in family._cells.items()}
+    values = {labels: cell.value for labels, cell in family._made.items()}
     own = [labels for labels in values if labels[0] != "other"]
     assert len(own) <= budget and len(values) <= budget + 2
     for kind in ("x", "y"):
@@ -306,12 +306,12 @@ def test_folding_into_an_own_other_series_keeps_its_values() -> None:
     family = CounterFamily("c", "Doc.", ["service", "k"], lambda: 1.0, max_series=1, fold_labels={"service"})
     family.cell(("other", "1")).inc(2)
     family.cell(("b", "1")).inc(3)
-    assert {labels: cell.value for labels, cell in family._cells.items()} == {("other", "1"): 5.0}
+    assert {labels: cell.value for labels, cell in family._made.items()} == {("other", "1"): 5.0}
     histogram = HistogramFamily("h", "Doc.", ["service", "k"], BOUNDS, lambda: 1.0, max_series=1, fold_labels={"service"})
     histogram.add(histogram.series(("other", "1")), [0.2], None, 2.0)
     histogram.add(histogram.series(("b", "1")), [0.3], None, 2.0)
-    other = histogram._series[("other", "1")]
-    assert (list(histogram._series), other.counts, other.sum) == ([("other", "1")], [0, 1, 1, 0, 0, 0], 0.5)
+    other = histogram._made[("other", "1")]
+    assert (list(histogram._made), other.counts, other.sum) == ([("other", "1")], [0, 1, 1, 0, 0, 0], 0.5)
 
 
 def test_a_fold_series_is_stamped_created_like_any_other() -> None:

@@ -41,6 +41,8 @@ from ragmon.groundtruth.feedback import FeedbackError, decode_feedback
 from ragmon.judge.sampling import sampled
 from ragmon.otlp.decode import SpanSelection, decode_json, decode_protobuf
 
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 MiB = 1024 * 1024
 READERS = CONFIGURATIONS
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -19,7 +20,9 @@ from process_helpers import RagmonProcess, config_file
 from prometheus_client.parser import text_string_to_metric_families
 from test_sidecar import send_rag_traces
 
-from ragmon.app import shutdown_bound
+from ragmon.sidecar.wiring import shutdown_bound
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 
 def _rag_trace(tracer):  # type: ignore[no-untyped-def]

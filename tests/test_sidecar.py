@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
@@ -14,9 +13,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Tracer
 from prometheus_client.parser import text_string_to_metric_families
+from net_helpers import wait_until
 from server_helpers import LoopThread, sidecar_thread
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, Price, ReceiverConfig, MetricsConfig
 from ragmon.model import Offer
 
@@ -35,14 +35,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def scrape(port: int, openmetrics: bool = False) -> str:
@@ -111,11 +103,11 @@ def test_exact_values_on_metrics(sidecar: tuple[Sidecar, FakeClock, LoopThread],
     else:
         exporter = GrpcExporter(endpoint=f"127.0.0.1:{car.ports.grpc}", insecure=True, timeout=10)
     send_rag_traces(exporter, "rag-api")
-    wait_for(lambda: car.ingest.spans_received[protocol] == 9)
-    wait_for(lambda: car.assembler.stats().spans_held == 9)
+    wait_until(lambda: car.ingest.spans_received[protocol] == 9)
+    wait_until(lambda: car.assembler.stats().spans_held == 9)
     assert car.pipeline.stats().records == 0  # grace not over yet
     clock.now += 3.0  # past the 2 s grace
-    wait_for(lambda: car.pipeline.stats().records == 3)
+    wait_until(lambda: car.pipeline.stats().records == 3)
 
     v = samples(scrape(car.ports.metrics))
     sv = {"service": "rag-api", "variant": "B"}
@@ -165,9 +157,9 @@ def test_health_ready_and_status_page(sidecar: tuple[Sidecar, FakeClock, LoopThr
 def test_shutdown_scores_the_traces_held(sidecar: tuple[Sidecar, FakeClock, LoopThread]) -> None:
     car, _, loop = sidecar
     send_rag_traces(HttpExporter(endpoint=f"http://127.0.0.1:{car.ports.http}/v1/traces", timeout=10), "svc")
-    wait_for(lambda: car.assembler.stats().spans_held == 9)
+    wait_until(lambda: car.assembler.stats().spans_held == 9)
     loop.run(car.pipeline.shutdown())
-    wait_for(lambda: car.worker is not None and car.worker.done())
+    wait_until(lambda: car.worker is not None and car.worker.done())
     assert car.worker is not None and car.worker.exception() is None
     assert car.pipeline.stats().records == 3
     assert car.pipeline.offer([]) is Offer.SHUTTING_DOWN  # no longer accepting

@@ -11,10 +11,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
+from net_helpers import wait_until
 from server_helpers import LoopThread, sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, MetricsConfig, Price, ReceiverConfig
 
 SV = {"service": "rag-api", "variant": "B"}
@@ -59,9 +60,9 @@ def sidecar() -> Iterator[tuple[Sidecar, FakeClock, LoopThread]]:
 
 def _scored(car: Sidecar, clock: FakeClock, records: int, new: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """The scrape once ``new`` more traces (3 spans each) are scored, ``records`` in all."""
-    wait_for(lambda: car.assembler.stats().spans_held == 3 * new)
+    wait_until(lambda: car.assembler.stats().spans_held == 3 * new)
     clock.now += 3.0  # past the grace
-    wait_for(lambda: car.pipeline.stats().records == records)
+    wait_until(lambda: car.pipeline.stats().records == records)
     return samples(scrape(car.ports.metrics))
 
 

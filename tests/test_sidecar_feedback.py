@@ -7,6 +7,7 @@ import dataclasses
 import http.client
 import json
 import math
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -14,10 +15,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from net_helpers import wait_until
 from server_helpers import LoopThread, post, sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, FeedbackConfig, MetricsConfig, ReceiverConfig, ScoringConfig
 from ragmon.groundtruth.feedback import MAX_SCORE_NAMES, entry_size, names_size
 
@@ -45,9 +47,9 @@ def send(car: Sidecar, rankings: list[list[str]]) -> list[str]:
 
 
 def scored(car: Sidecar, clock: FakeClock, records: int, new: int) -> None:
-    wait_for(lambda: car.assembler.stats().spans_held == 2 * new)
+    wait_until(lambda: car.assembler.stats().spans_held == 2 * new)
     clock.now += 3.0  # past the grace
-    wait_for(lambda: car.pipeline.stats().records == records)
+    wait_until(lambda: car.pipeline.stats().records == records)
 
 
 def feedback(car: Sidecar, body: object, token: str = "") -> tuple[int, dict[str, str]]:
@@ -99,12 +101,38 @@ def test_relevance_feedback_gives_exact_feedback_metrics(sidecar: tuple[Sidecar,
     assert value(v, "ragmon_feedback_total", outcome="duplicate") == 1
 
 
+async def _current_thread() -> threading.Thread:
+    return threading.current_thread()
+
+
+class _WhereDecoded:
+    """The sidecar's ``Feedback`` as the receiver sees it, noting the thread each body is decoded on."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+        self.threads: list[threading.Thread] = []
+
+    def decode(self, body: bytes) -> object:
+        self.threads.append(threading.current_thread())
+        return self._inner.decode(body)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
 def test_a_large_body_is_decoded_off_the_loop_and_scored(sidecar: tuple[Sidecar, FakeClock, LoopThread]) -> None:
-    car, clock, _ = sidecar
-    (trace,) = send(car, [["d1", "d2", "d3"]])
-    scored(car, clock, 1, 1)
+    car, clock, loop = sidecar
+    (trace, other) = send(car, [["d1", "d2", "d3"], ["d1"]])
+    scored(car, clock, 2, 2)
+    receiver = car._life.http
+    assert receiver is not None
+    where = _WhereDecoded(receiver.feedback)
+    receiver.feedback = where  # type: ignore[assignment]
+    on_loop = loop.run(_current_thread())
+    assert feedback(car, {"trace_id": other, "name": "thumbs", "score": 1})[0] == 202  # small: decoded on the loop
     many = [f"document-{i:024d}" for i in range(9_999)] + ["d3"]  # about 350 KB: decoded in a thread
     assert feedback(car, {"trace_id": trace, "relevant_document_ids": many})[0] == 202
+    assert [t is on_loop for t in where.threads] == [True, False]
     v = samples(scrape(car.ports.metrics))
     assert value(v, "ragmon_retrieval_reciprocal_rank_sum", **SV, source="feedback") == 1 / 3
     assert value(v, "ragmon_retrieval_recall_sum", **SV, source="feedback", k="3") == 1 / 10_000

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 from aiohttp import web
+from net_helpers import wait_until
 from judge_server import delay, judge_server_thread, verdict_for
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -19,11 +20,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from server_helpers import LoopThread, sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, Price, ProbeConfig, ReceiverConfig
 from ragmon.judge.lexical import lexical_faithfulness
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 DOCS = [
     ("d1", "The refund window is 30 days from delivery."),
@@ -89,9 +92,9 @@ def exporter(car: Sidecar) -> HttpExporter:
 def finish(car: Sidecar, clock: FakeClock, n: int, before: int = 0) -> None:
     """Wait for ``n`` new traces, end their grace, wait until they are scored."""
     # every span of the new traces held (roots are exported last), then past the grace
-    wait_for(lambda: car.assembler.stats().spans_held == 3 * n)
+    wait_until(lambda: car.assembler.stats().spans_held == 3 * n)
     clock.now += 3.0
-    wait_for(lambda: car.pipeline.stats().records == before + n)
+    wait_until(lambda: car.pipeline.stats().records == before + n)
 
 
 def judged(car: Sidecar, outcome: str = "ok") -> int:
@@ -106,7 +109,7 @@ def test_llm_judge_scores_reach_metrics_exactly() -> None:
         with running(judge) as (car, clock, _):
             send_traces([exporter(car)], 3)
             finish(car, clock, 3)
-            wait_for(lambda: judged(car) == 3)
+            wait_until(lambda: judged(car) == 3)
             v = samples(scrape(car.ports.metrics))
     gen = {**SV, "source": "judge", "judge": "llm"}
     assert value(v, "ragmon_faithfulness_sum", **gen) == pytest.approx(2.0, abs=1e-12)  # 3 x 2/3
@@ -143,7 +146,7 @@ def test_ingest_is_not_slowed_while_the_judge_hangs() -> None:
         with running(judge) as (car, clock, _):
             send_traces([exporter(car)], 2)
             finish(car, clock, 2)
-            wait_for(lambda: car.judge.judge is not None and car.judge.judge.stats().in_flight == 1)
+            wait_until(lambda: car.judge.judge is not None and car.judge.judge.stats().in_flight == 1)
             started = time.monotonic()
             send_traces([exporter(car)], 5)  # 15 spans over 15 exports, each answered at once
             elapsed = time.monotonic() - started
@@ -184,7 +187,7 @@ def test_replicas_judge_the_same_sampled_traces() -> None:
             for car, clock in cars:
                 finish(car, clock, 24)
             for car, _ in cars:
-                wait_for(lambda car=car: judged(car) + judged(car, "skipped_rate") == 24)
+                wait_until(lambda car=car: judged(car) + judged(car, "skipped_rate") == 24)
         queries = [{q for q in range(24) if f"(query {q})" in s.bodies_text()} for s in (a, b)]
     assert queries[0] == queries[1] and 0 < len(queries[0]) < 24
 
@@ -219,7 +222,7 @@ def test_scores_are_sent_onward_as_evaluation_events_on_the_judged_trace() -> No
         with running(JudgeConfig(sample_rate=1.0, export_endpoint=url)) as (car, clock, _):
             ids = send_traces([exporter(car)], 2)
             finish(car, clock, 2)
-            wait_for(lambda: car.judge.sender is not None and car.judge.sender.stats().sent == 2)
+            wait_until(lambda: car.judge.sender is not None and car.judge.sender.stats().sent == 2)
             v = samples(scrape(car.ports.metrics))
     assert value(v, "ragmon_evaluations_exported_total", outcome="sent") == 2
     spans = [s for body in bodies for rs in ExportTraceServiceRequest.FromString(body).resource_spans for ss in rs.scope_spans for s in ss.spans]
@@ -238,7 +241,7 @@ def test_the_openai_client_is_imported_only_with_an_endpoint(base_url: str, impo
     """Without a judge endpoint the sidecar never imports ``openai`` (about 13 MB a process)."""
     code = (
         "import sys\n"
-        "from ragmon.app import Sidecar\n"
+        "from ragmon.sidecar.wiring import Sidecar\n"
         "from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig\n"
         "config = Config(receiver=ReceiverConfig(http='', grpc=''), metrics=MetricsConfig(listen=''), "
         "judge=JudgeConfig(base_url=sys.argv[1]))\n"

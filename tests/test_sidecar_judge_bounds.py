@@ -14,15 +14,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from net_helpers import wait_until
 from judge_server import delay, judge_server_thread, verdict_for, without_usage
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from test_sidecar import samples, scrape, value, wait_for
+from test_sidecar import samples, scrape, value
 from test_sidecar_judge import JUDGE_PRICE, running
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import JudgeConfig
 from ragmon.judge.prompts import (
     MAX_DATA_CHARS,
@@ -33,6 +34,8 @@ from ragmon.judge.prompts import (
 )
 from ragmon.judge.redact import Redactor
 from ragmon.model import Evaluator, RagRecord, RetrievedDocument
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 DOC_CHARS = 16_000
 QUERY = "what does the archive say about refunds?"
@@ -146,15 +149,15 @@ def test_a_huge_sampled_trace_is_judged_off_the_loop_from_a_bounded_prompt(max_d
             assert car.judge.judge is not None
             stats = car.judge.judge.stats
             send_traces(car, 1, n_docs)
-            wait_for(lambda: car.assembler.stats().spans_held == 4)
+            wait_until(lambda: car.assembler.stats().spans_held == 4)
             clock.now += 3.0  # past the grace: scored, then the small one judged, the huge one queued
-            wait_for(lambda: car.pipeline.stats().records == 2 and stats().queue_depth == 1)
-            wait_for(lambda: len(server.requests) == 1)  # the small one's call is answered in 1 s
+            wait_until(lambda: car.pipeline.stats().records == 2 and stats().queue_depth == 1)
+            wait_until(lambda: len(server.requests) == 1)  # the small one's call is answered in 1 s
             assert stats().in_flight == 1 and stats().queue_depth == 1
             queued = stats().queue_bytes
             assert value(samples(scrape(car.ports.metrics)), "ragmon_judge_queue_bytes") == queued
             with HealthzPoller(car.ports.metrics).polling() as poller:
-                wait_for(lambda: stats().counts.get(("context_relevance", "ok"), 0) == 2)
+                wait_until(lambda: stats().counts.get(("context_relevance", "ok"), 0) == 2)
                 time.sleep(0.05)
             v = samples(scrape(car.ports.metrics))
     assert poller.answers > 20 and poller.worst < HEALTHZ_STALL, f"/healthz took {poller.worst:.3f}s"
@@ -192,9 +195,9 @@ def test_a_reply_without_usage_is_estimated_charged_and_counted_on_metrics() -> 
         judge = JudgeConfig(base_url=server.base_url, model="judge-model", sample_rate=1.0)
         with running(judge) as (car, clock, _):
             send_traces(car, 2)
-            wait_for(lambda: car.assembler.stats().spans_held == 2)
+            wait_until(lambda: car.assembler.stats().spans_held == 2)
             clock.now += 3.0
-            wait_for(lambda: car.judge.judge is not None and car.judge.judge.stats().usage_estimated == 1)
+            wait_until(lambda: car.judge.judge is not None and car.judge.judge.stats().usage_estimated == 1)
             v = samples(scrape(car.ports.metrics))
         (body,) = server.requests
     request = build_judge_request(record_of(2), EVALUATORS, "0" * 16)

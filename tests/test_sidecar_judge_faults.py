@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
+from net_helpers import wait_until
 from judge_server import (
     Action,
     JudgeServer,
@@ -34,11 +35,13 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from server_helpers import LoopThread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, Price, ReceiverConfig
 from ragmon.judge.client import MAX_REPLY_BYTES
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 SV = {"service": "rag-api", "variant": "B"}
 DOCS = [("d1", "The refund window is 30 days."), ("d2", "Shipping takes 5 days."), ("d3", "Gift cards are final.")]
@@ -100,9 +103,9 @@ class Running:
         provider.shutdown()
         before = self.sent
         self.sent += n
-        wait_for(lambda: self.car.assembler.stats().spans_held == 3 * n)
+        wait_until(lambda: self.car.assembler.stats().spans_held == 3 * n)
         self.clock.now += 3.0
-        wait_for(lambda: self.car.pipeline.stats().records == before + n)
+        wait_until(lambda: self.car.pipeline.stats().records == before + n)
 
     def counts(self) -> dict[str, int]:
         """Judge outcomes of faithfulness (every evaluator is checked to agree)."""
@@ -116,7 +119,7 @@ class Running:
     def wait_counts(self, **expected: int) -> None:
         want = {o: expected.get(o, 0) for o in OUTCOMES}
         try:
-            wait_for(lambda: self.counts() == want)
+            wait_until(lambda: self.counts() == want)
         except AssertionError:
             raise AssertionError(f"judge outcomes {self.counts()} != {want}") from None
 
@@ -230,7 +233,7 @@ def test_stop_is_bounded_while_the_judge_hangs_and_ingest_never_waits() -> None:
         r.send(3)
         judge = r.car.judge.judge
         assert judge is not None
-        wait_for(lambda: judge.stats().in_flight == 1 and judge.stats().queue_depth == 2)
+        wait_until(lambda: judge.stats().in_flight == 1 and judge.stats().queue_depth == 2)
         r.send(5)  # 15 exports while a judge call hangs: each answered at once
         assert len(r.exporter.seconds) == 24
         r.check_metrics(breaker_open=False)
@@ -283,7 +286,7 @@ def test_slow_judge_scores_in_time_or_times_out_without_a_score() -> None:
         r.send(2)
         judge = r.car.judge.judge
         assert judge is not None
-        wait_for(lambda: judge.stats().in_flight == 2)
+        wait_until(lambda: judge.stats().in_flight == 2)
         r.send(4)  # sent while both slots are busy
         r.wait_counts(ok=4, timeout=2)
         assert len(r.server.requests) == 6

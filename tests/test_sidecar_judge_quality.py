@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+from net_helpers import wait_until
 from judge_server import (
     delay,
     judge_server_thread,
@@ -20,7 +21,7 @@ from judge_server import (
     verdict_for,
 )
 from prometheus_client import CollectorRegistry
-from test_sidecar import samples, scrape, value, wait_for
+from test_sidecar import samples, scrape, value
 from test_sidecar_judge import SV, exporter, finish, running, send_traces
 
 from ragmon.config import JudgeConfig
@@ -62,7 +63,7 @@ def test_coherence_and_toxicity_reach_metrics_exactly() -> None:
         with running(judge) as (car, clock, _):
             send_traces([exporter(car)], 3)
             finish(car, clock, 3)
-            wait_for(lambda: judge_count(car, "toxicity", "ok") == 3)
+            wait_until(lambda: judge_count(car, "toxicity", "ok") == 3)
             v = samples(scrape(car.ports.metrics))
             with urllib.request.urlopen(f"http://127.0.0.1:{car.ports.metrics}/", timeout=10) as response:
                 page = response.read().decode()
@@ -122,7 +123,7 @@ def test_failed_verdicts_are_counted_and_never_scored() -> None:
         with running(judge) as (car, clock, _):
             send_traces([exporter(car)], len(FAILED))
             finish(car, clock, len(FAILED))
-            wait_for(lambda: judge_count(car, "toxicity", "timeout") == 1)
+            wait_until(lambda: judge_count(car, "toxicity", "timeout") == 1)
             v = samples(scrape(car.ports.metrics))
     for evaluator in ("coherence", "toxicity"):
         expected = {"ok": 0, "invalid": 4, "error": 1, "timeout": 1, "dropped": 0, "skipped_rate": 0, "skipped_budget": 0}
@@ -154,7 +155,7 @@ def test_an_answer_cannot_talk_the_judge_out_of_a_toxicity_verdict() -> None:
         with running(judge) as (car, clock, _):
             send_traces([exporter(car)], 1, answer=TALK_OUT)
             finish(car, clock, 1)
-            wait_for(lambda: judge_count(car, "toxicity", "ok") == 1)
+            wait_until(lambda: judge_count(car, "toxicity", "ok") == 1)
             v = samples(scrape(car.ports.metrics))
     (body,) = server.requests
     task = body["messages"][1]["content"]
@@ -219,5 +220,5 @@ def test_status_notes_name_the_scores_that_are_absent_and_why(
     config: JudgeConfig, environ: dict[str, str], notes: list[str]
 ) -> None:
     metrics = RagMetrics(CollectorRegistry(), ks=(1,), windows=[300.0], max_label_values=100, clock=lambda: 0.0)
-    stage = JudgeStage(config, metrics, Pricer(package_table=False), lambda: 0.0, environ)
+    stage = JudgeStage(config, (metrics,), metrics.ks, Pricer(package_table=False), lambda: 0.0, environ)
     assert stage.notes() == notes

@@ -25,10 +25,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from fake_openai import fake_openai as serve_openai
 from opentelemetry.util.genai.handler import TelemetryHandler
+from net_helpers import wait_until
 from server_helpers import sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, MetricsConfig, Price, ReceiverConfig
 
 CHAT, EMBED, UNPRICED = "chat-model-1", "embed-model-1", "unpriced-embedder-1"
@@ -115,9 +116,9 @@ class _App:
 
 def _settle(car: Sidecar, clock: FakeClock, spans: int, traces: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Wait for ``spans`` spans to arrive, finish the traces, wait for all ``traces``, scrape."""
-    wait_for(lambda: car.assembler.stats().spans_held == spans and car.pipeline.stats().queued_spans == 0)
+    wait_until(lambda: car.assembler.stats().spans_held == spans and car.pipeline.stats().queued_spans == 0)
     clock.now += 3.0
-    wait_for(lambda: car.pipeline.stats().records + car.pipeline.stats().ignored >= traces)
+    wait_until(lambda: car.pipeline.stats().records + car.pipeline.stats().ignored >= traces)
     return samples(scrape(car.ports.metrics))
 
 

@@ -21,11 +21,12 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from net_helpers import wait_until
 from server_helpers import LoopThread, post, sidecar_thread
-from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value
 
 import ragmon
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig, ScoringConfig
 from ragmon.export.exporter import LIMITED_LABELS
 from ragmon.model import Offer
@@ -54,7 +55,7 @@ def _url(car: Sidecar) -> str:
 
 def _finish(car: Sidecar, clock: FakeClock, records: int) -> None:
     clock.now += 3.0
-    wait_for(lambda: car.pipeline.stats().records + car.pipeline.stats().ignored >= records)
+    wait_until(lambda: car.pipeline.stats().records + car.pipeline.stats().ignored >= records)
 
 
 def test_golden_set_labels_live_queries(tmp_path: Path) -> None:
@@ -63,7 +64,7 @@ def test_golden_set_labels_live_queries(tmp_path: Path) -> None:
     config = _config(scoring=ScoringConfig(golden=str(golden)))
     for car, clock, _ in _sidecar(config):
         send_rag_traces(OTLPSpanExporter(endpoint=_url(car), timeout=10), "svc")  # query: "what is the refund window?"
-        wait_for(lambda: car.assembler.stats().spans_held == 9)
+        wait_until(lambda: car.assembler.stats().spans_held == 9)
         _finish(car, clock, 3)
         v = samples(scrape(car.ports.metrics))
         gold = {"service": "svc", "variant": "B", "source": "golden"}
@@ -78,7 +79,7 @@ def test_label_cap_folds_services_into_other() -> None:
     for car, clock, _ in _sidecar(_config(metrics=MetricsConfig(listen="127.0.0.1:0", max_label_values=1))):
         send_rag_traces(OTLPSpanExporter(endpoint=_url(car), timeout=10), "first")
         send_rag_traces(OTLPSpanExporter(endpoint=_url(car), timeout=10), "second")
-        wait_for(lambda: car.assembler.stats().spans_held == 18)
+        wait_until(lambda: car.assembler.stats().spans_held == 18)
         _finish(car, clock, 6)
         v = samples(scrape(car.ports.metrics))
         assert value(v, "ragmon_traces_total", service="first", variant="B") == 3
@@ -98,7 +99,7 @@ def test_trouble_counters_are_exported_at_zero_before_the_first_event() -> None:
         for label in LIMITED_LABELS:
             assert value(v, "ragmon_label_values_folded_total", label=label) == 0
         send_rag_traces(OTLPSpanExporter(endpoint=_url(car), timeout=10), "svc")
-        wait_for(lambda: car.assembler.stats().spans_held == 9)
+        wait_until(lambda: car.assembler.stats().spans_held == 9)
         _finish(car, clock, 3)
         v = samples(scrape(car.ports.metrics))
         assert value(v, "ragmon_trace_errors_total", service="svc", variant="B") == 0
@@ -125,7 +126,7 @@ def test_non_rag_traces_are_counted_and_ignored_and_bad_bodies_counted() -> None
         provider.shutdown()
         status, _, _ = post(_url(car), b"\xff\xff\xff", {"Content-Type": "application/x-protobuf"})
         assert status == 400
-        wait_for(lambda: car.assembler.stats().spans_held == 1)
+        wait_until(lambda: car.assembler.stats().spans_held == 1)
         _finish(car, clock, 1)
         v = samples(scrape(car.ports.metrics))
         assert value(v, "ragmon_traces_ignored_total") == 1
@@ -162,7 +163,7 @@ def test_langchain_app_instrumented_by_openinference() -> None:
         finally:
             instrumentor.uninstrument()
             provider.shutdown()
-        wait_for(lambda: car.assembler.stats().traces_pending == 3 and car.pipeline.stats().queued_spans == 0)
+        wait_until(lambda: car.assembler.stats().traces_pending == 3 and car.pipeline.stats().queued_spans == 0)
         _finish(car, clock, 3)
         v = samples(scrape(car.ports.metrics))
         src = {"service": "lc-app", "variant": "default", "source": "label"}

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ragmon.metrics.sketch import MAX_VALUE, MIN_VALUE, QuantileSketch
+from ragmon.export.sketch import MAX_VALUE, MIN_VALUE, QuantileSketch
 from strategies import SETTINGS
 
 QS = (0.0, 0.01, 0.25, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)

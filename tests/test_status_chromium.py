@@ -13,7 +13,9 @@ from server_helpers import LoopThread
 from test_sidecar import FakeClock
 from test_status_page import HOSTILE, fed, get_page
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 __all__ = ["fed"]  # the fixture: a sidecar that scored the test traces
 

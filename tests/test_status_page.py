@@ -13,10 +13,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from net_helpers import wait_until
 from server_helpers import LoopThread, call_soon, sidecar_thread
-from test_sidecar import PRICE, FakeClock, scrape, send_rag_traces, wait_for
+from test_sidecar import PRICE, FakeClock, scrape, send_rag_traces
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
 from ragmon.conventions import ConventionOptions, read_trace
 from ragmon.export.status import (
@@ -214,9 +215,9 @@ def fed() -> Iterator[tuple[Sidecar, FakeClock, LoopThread, list[str]]]:
         exporter = _Recording(endpoint=f"http://127.0.0.1:{car.ports.http}/v1/traces", timeout=10)
         exporter.trace_ids = []
         send_rag_traces(exporter, HOSTILE)
-        wait_for(lambda: car.assembler.stats().spans_held == 9)
+        wait_until(lambda: car.assembler.stats().spans_held == 9)
         clock.now += 3.0
-        wait_for(lambda: car.pipeline.stats().records == 3)
+        wait_until(lambda: car.pipeline.stats().records == 3)
         yield car, clock, loop, exporter.trace_ids
 
 
@@ -311,9 +312,9 @@ def test_the_page_names_the_unfaithful_answer_and_says_what_could_not_be_measure
     exporter = _Recording(endpoint=f"http://127.0.0.1:{car.ports.http}/v1/traces", timeout=10)
     exporter.trace_ids = []
     send_unmeasurable_traces(exporter)
-    wait_for(lambda: car.assembler.stats().spans_held == 9)
+    wait_until(lambda: car.assembler.stats().spans_held == 9)
     clock.now += 3.0
-    wait_for(lambda: car.pipeline.stats().records == 6)
+    wait_until(lambda: car.pipeline.stats().records == 6)
     page, _ = get_page(car.ports.metrics or 0)
     assert "<p>1 of 6 requests: no document ids on retriever spans: set scoring.document_id" in page
     assert "<p>1 of 6 requests: model calls without token counts" in page
@@ -368,9 +369,9 @@ def test_a_sidecar_shows_and_keeps_no_more_than_its_series_budget() -> None:
         endpoint = f"http://127.0.0.1:{car.ports.http}/v1/traces"
         send_rag_traces(HttpExporter(endpoint=endpoint, timeout=10), "first")
         send_rag_traces(HttpExporter(endpoint=endpoint, timeout=10), "second")
-        wait_for(lambda: car.assembler.stats().spans_held == 18)
+        wait_until(lambda: car.assembler.stats().spans_held == 18)
         clock.now += 3.0
-        wait_for(lambda: car.pipeline.stats().records == 6)
+        wait_until(lambda: car.pipeline.stats().records == 6)
         for _ in range(3):
             page, _ = get_page(car.ports.metrics or 0)
             clock.now += 10.0

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -8,10 +8,11 @@ from contextlib import contextmanager
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from net_helpers import wait_until
 from server_helpers import LoopThread
-from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value, wait_for
+from test_sidecar import FakeClock, samples, scrape, send_rag_traces, value
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 
 
@@ -47,12 +48,12 @@ def test_wall_clock_steps_change_no_value_and_drive_no_deadline() -> None:
         url = f"http://127.0.0.1:{car.ports.http}/v1/traces"
         for step, jump in enumerate((-86_400.0, 365 * 86_400.0, -10 * 365 * 86_400.0), start=1):
             send_rag_traces(HttpExporter(endpoint=url, timeout=10), "svc")
-            wait_for(lambda: car.assembler.stats().spans_held == 9)
+            wait_until(lambda: car.assembler.stats().spans_held == 9)
             wall.now += jump  # the wall clock steps a day back, a year on, ten years back ...
             scrape(car.ports.metrics)
             assert car.pipeline.stats().records == 3 * (step - 1)  # ... and no trace finishes by it
             clock.now += 3.0  # the monotonic clock passes the grace
-            wait_for(lambda: car.pipeline.stats().records == 3 * step)
+            wait_until(lambda: car.pipeline.stats().records == 3 * step)
         v = samples(scrape(car.ports.metrics))
         src = {"service": "svc", "variant": "B", "source": "label"}
         assert value(v, "ragmon_traces_total", service="svc", variant="B") == 9

@@ -20,7 +20,7 @@ from test_receiver_http import JS, SELECTION, _start, loop  # noqa: F401  (loop:
 
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 from ragmon.otlp.decode import decode_json
-from ragmon.receivers.listeners import ListenerLimits
+from ragmon.net.listeners import ListenerLimits
 from ragmon.receivers.ingest import IngestGate
 from ragmon.receivers.weight import json_tree_bytes
 

@@ -1,6 +1,6 @@
 """Rolling windows against recomputation from the raw events, expiry, caps and memory bounds.
 
-Reference (the rule of ``ragmon.metrics.windows``): with bucket width w = W / R, an event
+Reference (the rule of ``ragmon.export.windows``): with bucket width w = W / R, an event
 (t, x) counts at a read at ``now`` iff ⌊now / w⌋ − R < ⌊t / w⌋ ≤ ⌊now / w⌋. Means and counts
 must match the recomputation exactly (means to 1e-12); quantiles within α of the lower quantile
 ``np.sort(x)[floor(q·(n − 1))]`` (see tests/test_sketch.py). The clock is injected and reads
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ragmon.metrics.sketch import MIN_VALUE, QuantileSketch
-from ragmon.metrics.windows import (
+from ragmon.export.sketch import MIN_VALUE, QuantileSketch
+from ragmon.export.windows import (
     Outcome,
     RollingMean,
     RollingQuantiles,

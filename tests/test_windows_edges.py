@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from ragmon.metrics.sketch import QuantileSketch
-from ragmon.metrics.windows import (
+from ragmon.export.sketch import QuantileSketch
+from ragmon.export.windows import (
     Outcome,
     RollingMean,
     RollingQuantiles,

@@ -3,7 +3,7 @@ injected retrieval regression halfway through.
 
 What runs (all on 127.0.0.1, free ports, nothing leaves the machine):
 
-- ragmon's sidecar (``ragmon.app.Sidecar``) with the demo's settings: rolling windows of 15 s
+- ragmon's sidecar (``ragmon.sidecar.wiring.Sidecar``) with the demo's settings: rolling windows of 15 s
   and 5 min (instead of 5 min and 1 h), a 0.5 s trace grace, a golden set of the demo's
   questions, a probe replaying six of them against the service every 5 s, and the judge: the
   ``[judge]`` of ``--config`` when it configures one, else the offline lexical faithfulness
@@ -50,7 +50,7 @@ from prometheus_client.registry import Collector
 from rich.console import Console
 from rich.live import Live
 
-from ragmon.app import Sidecar
+from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, ProbeConfig
 from ragmon.demo.corpus import Corpus, build_corpus
 from ragmon.demo.service import RagService, ask_app

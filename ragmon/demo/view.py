@@ -123,9 +123,9 @@ def alerts(now: Values, baseline: Values | None, thresholds: Thresholds = Thresh
             elif row.retrievals < MIN_SAMPLES:
                 continue
             was, is_ = getattr(before, attr), getattr(row, attr)
-            if was is not None and is_ is not None and was - is_ >= drop:
+            if was is not None and is_ is not None and is_ < was - drop:  # the rules' condition, as written there
                 fired.append(f"{alert} ({ALERTS[alert][0]}) would fire for variant {variant}: "
-                             f"{what} {was:.2f} -> {is_:.2f} (drop {was - is_:.2f} >= {drop:.2f})")
+                             f"{what} {was:.2f} -> {is_:.2f} (drop {was - is_:.2f} > {drop:.2f})")
     return fired
 
 

@@ -55,7 +55,7 @@ from ragmon.export.series import (
     HistogramSeries,
     SeriesCollector,
 )
-from ragmon.metrics.windows import (
+from ragmon.export.windows import (
     DEFAULT_QUANTILES,
     WindowReading,
     WindowSnapshot,
@@ -339,8 +339,6 @@ class RagMetrics:
         """Seconds: a request lasting longer (or ending before it starts) records no latency."""
         self.invalid_durations: dict[str, int] = {}
         """Spans whose duration was out of range, by stage (``ragmon_durations_invalid_total``)."""
-        self.on_judged: Callable[[RagRecord, str, str, Mapping[str, float]], None] | None = None
-        """Called with each judgement ``observe_judged`` folds in (the status page's worst requests)."""
         self._services: dict[tuple[str, str], _ServiceSeries] = {}
         self._retrieval: dict[tuple[str, str, str], _RetrievalSeries] = {}
         self._models: dict[tuple[str, str], _ModelSeries] = {}
@@ -551,8 +549,6 @@ class RagMetrics:
         ``toxic`` (toxicity category -> whether the answer is toxic in it): one count in
         ``ragmon_toxic_answers_total`` per toxic category, every category's series made at 0."""
         self._buffer_one(now)
-        if self.on_judged is not None:
-            self.on_judged(record, source, judge, scores)
         service = self.limit("service", record.service or "unknown")
         variant = self.limit("variant", record.variant or "default")
         trace_id = record.trace_id.hex()

@@ -210,8 +210,77 @@ class FoldedCell:
 
 Cell: TypeAlias = "CounterCell | FoldedCell"
 
+S = TypeVar("S")
+F = TypeVar("F")
 
-class CounterFamily:
+
+class _BudgetedFamily(Generic[S, F]):
+    """A family's series by label values, made on first use, at most ``max_series`` of its own
+    (module docstring: series budget): the budget and folding both families share. ``S`` is a
+    series, ``F`` a folded label set's handle on its fold series; a family says how to make each
+    (``_new``, ``_fold_into``)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        wall: Callable[[], float],
+        max_series: int | None | object,
+        fold_labels: Collection[str],
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.max_series = _check_budget(max_series)
+        self.folded = 0
+        """What went to a fold series because the budget was full (increments, values)."""
+        self._wall = wall
+        self._made: dict[Labels, S] = {}
+        self._own = 0
+        self._positions = _fold_positions(self.labelnames, fold_labels)
+        self._folders: dict[Labels, F] = {}
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def _new(self) -> S:
+        raise NotImplementedError
+
+    def _fold_into(self, target: S) -> F:
+        raise NotImplementedError
+
+    def _one(self, labels: Labels) -> S | F:
+        """The series of ``labels``, made now if new (folded past the budget)."""
+        made = self._made.get(labels)
+        if made is not None:
+            return made
+        return self._group((labels,))[0]
+
+    def _group(self, group: Sequence[Labels]) -> list[S | F]:
+        """The series of each label set of ``group``: the new ones are made together if the
+        budget has room for all of them, else all of them fold."""
+        new = [labels for labels in dict.fromkeys(group) if labels not in self._made]
+        if self._own + len(new) <= self.max_series:
+            for labels in new:
+                self._made[labels] = self._new()
+            self._own += len(new)
+            return [self._made[labels] for labels in group]
+        return [self._made[labels] if labels not in new else self._folded(labels) for labels in group]
+
+    def _folded(self, labels: Labels) -> F:
+        """``labels`` as a folded label set: what is added through it lands in its fold series."""
+        target_labels = _folded_labels(labels, self._positions)
+        folder = self._folders.get(target_labels)
+        if folder is None:
+            target = self._made.get(target_labels)
+            if target is None:
+                target = self._made[target_labels] = self._new()
+            folder = self._folders[target_labels] = self._fold_into(target)
+        return folder
+
+
+class CounterFamily(_BudgetedFamily[CounterCell, FoldedCell]):
     """A counter's series by label values, made on first use, at most ``max_series`` of its own
     (module docstring: series budget)."""
 
@@ -225,49 +294,25 @@ class CounterFamily:
         max_series: int | None | object = None,
         fold_labels: Collection[str] = (),
     ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self.max_series = _check_budget(max_series)
-        self.folded = 0
-        """Increments that went to a fold series because the budget was full."""
-        self._wall = wall
-        self._cells: dict[Labels, CounterCell] = {}
-        self._own = 0
-        self._positions = _fold_positions(self.labelnames, fold_labels)
-        self._folders: dict[Labels, FoldedCell] = {}
+        super().__init__(name, documentation, labelnames, wall, max_series, fold_labels)
 
-    def __len__(self) -> int:
-        return len(self._cells)
+    def _new(self) -> CounterCell:
+        return CounterCell(self._wall())
+
+    def _fold_into(self, target: CounterCell) -> FoldedCell:
+        return FoldedCell(target, self)
 
     def cell(self, labels: Labels) -> Cell:
         """The series of ``labels``, made now if new (folded past the budget)."""
-        cell = self._cells.get(labels)
-        if cell is not None:
-            return cell
-        return self.cells((labels,))[0]
+        return self._one(labels)
 
     def cells(self, group: Sequence[Labels]) -> list[Cell]:
-        """The series of each label set of ``group``: the new ones are made together if the
-        budget has room for all of them, else all of them fold."""
-        new = [labels for labels in dict.fromkeys(group) if labels not in self._cells]
-        if self._own + len(new) <= self.max_series:
-            for labels in new:
-                self._cells[labels] = CounterCell(self._wall())
-            self._own += len(new)
-            return [self._cells[labels] for labels in group]
-        return [self._cells[labels] if labels not in new else self.folded_cell(labels) for labels in group]
+        """The series of each label set of ``group``, made together or folded together."""
+        return self._group(group)
 
     def folded_cell(self, labels: Labels) -> FoldedCell:
         """``labels`` as a folded label set: increments counted in its fold series."""
-        target_labels = _folded_labels(labels, self._positions)
-        folder = self._folders.get(target_labels)
-        if folder is None:
-            target = self._cells.get(target_labels)
-            if target is None:
-                target = self._cells[target_labels] = CounterCell(self._wall())
-            folder = self._folders[target_labels] = FoldedCell(target, self)
-        return folder
+        return self._folded(labels)
 
     def describe(self) -> Metric:
         """The family without samples."""
@@ -277,7 +322,7 @@ class CounterFamily:
         """The family with a ``_total`` (and ``_created``) sample per series: the values are
         copied now, the samples made on first read (``DeferredFamily``)."""
         created = _created_enabled()
-        rows = [(labels, cell.value, cell.created if created else None) for labels, cell in self._cells.items()]
+        rows = [(labels, cell.value, cell.created if created else None) for labels, cell in self._made.items()]
 
         def fill(family: CounterMetricFamily) -> None:
             for labels, value, created_at in rows:
@@ -309,7 +354,7 @@ class FoldedSeries:
         self.target = target
 
 
-class HistogramFamily:
+class HistogramFamily(_BudgetedFamily[HistogramSeries, FoldedSeries]):
     """A histogram's series by label values, made on first use, at most ``max_series`` of its
     own (module docstring: series budget); values are added in batches."""
 
@@ -324,50 +369,26 @@ class HistogramFamily:
         max_series: int | None | object = None,
         fold_labels: Collection[str] = (),
     ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
+        super().__init__(name, documentation, labelnames, wall, max_series, fold_labels)
         self.buckets = Buckets(buckets)
-        self.max_series = _check_budget(max_series)
-        self.folded = 0
-        """Values that went to a fold series because the budget was full."""
-        self._wall = wall
-        self._series: dict[Labels, HistogramSeries] = {}
-        self._own = 0
-        self._positions = _fold_positions(self.labelnames, fold_labels)
-        self._folders: dict[Labels, FoldedSeries] = {}
 
-    def __len__(self) -> int:
-        return len(self._series)
+    def _new(self) -> HistogramSeries:
+        return HistogramSeries(len(self.buckets), self._wall())
+
+    def _fold_into(self, target: HistogramSeries) -> FoldedSeries:
+        return FoldedSeries(target)
 
     def series(self, labels: Labels) -> HistogramSeries | FoldedSeries:
         """The series of ``labels``, made now if new (folded past the budget)."""
-        series = self._series.get(labels)
-        if series is not None:
-            return series
-        return self.series_group((labels,))[0]
+        return self._one(labels)
 
     def series_group(self, group: Sequence[Labels]) -> list[HistogramSeries | FoldedSeries]:
-        """The series of each label set of ``group``: the new ones are made together if the
-        budget has room for all of them, else all of them fold."""
-        new = [labels for labels in dict.fromkeys(group) if labels not in self._series]
-        if self._own + len(new) <= self.max_series:
-            for labels in new:
-                self._series[labels] = HistogramSeries(len(self.buckets), self._wall())
-            self._own += len(new)
-            return [self._series[labels] for labels in group]
-        return [self._series[labels] if labels not in new else self.folded_series(labels) for labels in group]
+        """The series of each label set of ``group``, made together or folded together."""
+        return self._group(group)
 
     def folded_series(self, labels: Labels) -> FoldedSeries:
         """``labels`` as a folded label set: values counted in its fold series."""
-        target_labels = _folded_labels(labels, self._positions)
-        folder = self._folders.get(target_labels)
-        if folder is None:
-            target = self._series.get(target_labels)
-            if target is None:
-                target = self._series[target_labels] = HistogramSeries(len(self.buckets), self._wall())
-            folder = self._folders[target_labels] = FoldedSeries(target)
-        return folder
+        return self._folded(labels)
 
     def add(
         self,
@@ -403,7 +424,7 @@ class HistogramFamily:
         created = _created_enabled()
         rows = [
             (labels, tuple(series.counts), series.sum, tuple(series.exemplars), series.created)
-            for labels, series in self._series.items()
+            for labels, series in self._made.items()
         ]
         name, labelnames, les = self.name, self.labelnames, self.buckets.labels
 

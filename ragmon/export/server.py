@@ -40,8 +40,8 @@ from prometheus_client.registry import Collector
 from ragmon import catalogue as cat
 from ragmon.config import MetricsConfig
 from ragmon.export.status import CSP
-from ragmon.receivers.auth import bearer_token_matches
-from ragmon.receivers.listeners import ByteBudget
+from ragmon.net.auth import bearer_token_matches
+from ragmon.net.listeners import ByteBudget
 
 __all__ = [
     "CUT",

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import Metric
 
 from ragmon import catalogue as cat
-from ragmon.metrics.windows import WindowStore
+from ragmon.export.windows import WindowStore
 from ragmon.model import RagRecord
-from ragmon.scoring.records import RecordScores
+from ragmon.scoring.records import RecordScores, RetrievalScore
 
 __all__ = [
     "CONVENTION_NAMES",
@@ -299,6 +299,17 @@ class Worst:
                     what = f"missed retrieval: no relevant document in the top {k} ({score.source})"
                     self.add(WorstRequest(1.0, record.trace_id.hex(), record.service, record.variant, what))
 
+    def consume(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        """A scored request (a ``RecordConsumer``): ``scored``."""
+        self.scored(record, scores)
+
+    def observe_judged(
+        self, record: RagRecord, source: str, judge: str, scores: Mapping[str, float],
+        retrieval: RetrievalScore | None, now: float, toxic: Mapping[str, bool] | None = None,
+    ) -> None:
+        """A judgement (a ``JudgementSink``): ``judged``."""
+        self.judged(record, source, judge, scores)
+
     def judged(self, record: RagRecord, source: str, judge: str, scores: Mapping[str, float]) -> None:
         """A judged request: its faithfulness below 1 is kept (the lower, the worse)."""
         value = scores.get("faithfulness")
@@ -318,6 +329,10 @@ class Coverage:
         self.counts: Counter[str] = Counter()
         self.conventions: Counter[str] = Counter()
         self.records = 0
+
+    def consume(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        """A scored request (a ``RecordConsumer``): ``scored``."""
+        self.scored(record, scores)
 
     def scored(self, record: RagRecord, scores: RecordScores) -> None:
         """Count the conventions ``record`` was read by and what it lacks."""

@@ -1,1 +1,1 @@
-"""Where relevance comes from: golden sets and qrels, the prober, and their small helpers."""
+"""Where relevance comes from while ragmon runs: the prober (golden sets replayed) and feedback."""

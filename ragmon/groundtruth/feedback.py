@@ -25,8 +25,10 @@ from typing import Any, Final, Literal, NamedTuple, Protocol, TypeAlias
 from prometheus_client.metrics_core import Metric
 
 from ragmon import catalogue as cat
+from ragmon.errors import FeedbackError
 from ragmon.numbers import MAX_COUNT, as_grade, as_unit
-from ragmon.scoring.records import RetrievalScore, score_retrieval
+from ragmon.model import RagRecord
+from ragmon.scoring.records import RecordScores, RetrievalScore, final_ranking, score_retrieval
 
 __all__ = [
     "ENTRY_OVERHEAD_BYTES",
@@ -58,10 +60,6 @@ MAX_IDS = 10_000
 MAX_SCORE_NAMES = 8
 """Names a trace may take a score of (thumbs, rating, …); a body naming another is 409 ``limited``."""
 _TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
-
-
-class FeedbackError(ValueError):
-    """A body refused: ``str()`` names the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +298,10 @@ class Feedback:
     sink: FeedbackSink
     ks: tuple[int, ...]
     clock: Callable[[], float]
+
+    def consume(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        """A scored request (a ``RecordConsumer``): kept joinable by its final ranking."""
+        self.keep(record.trace_id, final_ranking(record), record.service, record.variant, now)
 
     def keep(self, trace_id: bytes, ranking: Sequence[str], service: str, variant: str, now: float) -> None:
         """Keep a scored RAG trace joinable (only those that retrieved documents)."""

@@ -35,8 +35,8 @@ from prometheus_client.metrics_core import Metric
 from ragmon.config import Config, ProbeConfig, probe_name
 from ragmon import catalogue as cat
 from ragmon.export.series import HistogramFamily
-from ragmon.groundtruth.jsonpath import parse_path, select
-from ragmon.groundtruth.relevance import GoldenQuery, as_id, read_golden_queries
+from ragmon.formats.jsonpath import parse_path, select
+from ragmon.formats.relevance import GoldenQuery, as_id, read_golden_queries
 from ragmon.scoring.records import ProbeLabels
 
 __all__ = [

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, Protocol
 
 from prometheus_client.metrics_core import Metric
 
 from ragmon.config import JudgeConfig
 from ragmon import catalogue as cat
-from ragmon.export.exporter import GENERATION_SCORES, RagMetrics
 from ragmon.judge.breaker import BreakerState
 from ragmon.judge.endpoint import endpoint_from_config
 from ragmon.judge.lexical import lexical_faithfulness
@@ -45,9 +44,9 @@ from ragmon.judge.runner import OUTCOMES, CompletionClient, Judge, Judgement
 from ragmon.judge.sampling import sampler
 from ragmon.model import RagRecord, Worker
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import final_ranking, score_judged_retrieval
+from ragmon.scoring.records import RecordScores, RetrievalScore, final_ranking, score_judged_retrieval
 
-__all__ = ["APP_EVALUATION_NAMES", "JudgeStage"]
+__all__ = ["APP_EVALUATION_NAMES", "JudgeStage", "JudgementSink"]
 
 APP_EVALUATION_NAMES: Final[Mapping[str, str]] = {
     "faithfulness": "faithfulness",
@@ -65,13 +64,26 @@ APP_EVALUATION_NAMES: Final[Mapping[str, str]] = {
 """``gen_ai.evaluation.name`` values (case-insensitive) read as ragmon's generation scores."""
 
 
+class JudgementSink(Protocol):
+    """Where the judge stage hands each judgement: the exporter's ``RagMetrics``, the status
+    page's worst requests."""
+
+    def observe_judged(
+        self, record: RagRecord, source: str, judge: str, scores: Mapping[str, float],
+        retrieval: RetrievalScore | None, now: float, toxic: Mapping[str, bool] | None = None,
+    ) -> None:
+        """One judgement: generation ``scores`` by name, the judged ``retrieval``, the toxicity
+        verdict per category; ``source`` is ``app`` or ``judge``; must not wait."""
+
+
 class JudgeStage(Worker):
     """App evaluations, the LLM judge or the lexical estimate, and the onward sender."""
 
     def __init__(
         self,
         config: JudgeConfig,
-        metrics: RagMetrics,
+        sinks: Sequence[JudgementSink],
+        ks: Sequence[int],
         pricer: Pricer,
         clock: Callable[[], float],
         environ: Mapping[str, str],
@@ -81,7 +93,8 @@ class JudgeStage(Worker):
     ) -> None:
         self._config = config
         self._in_sample = sampler(config.sample_rate)
-        self._metrics = metrics
+        self._sinks = tuple(sinks)
+        self._ks = tuple(ks)
         self._clock = clock
         self._rng = rng or random.Random()
         endpoint = endpoint_from_config(config, environ)
@@ -146,6 +159,19 @@ class JudgeStage(Worker):
         if self.sender is not None:
             await self.sender.stop(max(deadline - loop.time(), 0.0))
 
+    def consume(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        """A scored record (a ``RecordConsumer``): ``observe``; a probe's is judged as the
+        probe sent it (its reference answer and labels applied)."""
+        probe = scores.probe
+        self.observe(record if probe is None else probe.apply(record), now, probe is not None)
+
+    def _judged(
+        self, record: RagRecord, source: str, judge: str, scores: Mapping[str, float],
+        retrieval: RetrievalScore | None, now: float, toxic: Mapping[str, bool] | None = None,
+    ) -> None:
+        for sink in self._sinks:
+            sink.observe_judged(record, source, judge, scores, retrieval, now, toxic)
+
     def observe(self, record: RagRecord, now: float, probe: bool = False) -> None:
         """Everything the judge stage does for one scored record (never waits). A ``probe``
         record is always judged (SPEC §7): no sample rate or per-minute cap, still the USD budget."""
@@ -157,7 +183,7 @@ class JudgeStage(Worker):
                 app[name] = score
         if app:
             self._app += 1
-            self._metrics.observe_judged(record, "app", "app", app, None, now)
+            self._judged(record, "app", "app", app, None, now)
         if self.judge is not None:
             self.judge.submit(record, now, probe)
             return
@@ -169,7 +195,7 @@ class JudgeStage(Worker):
         score = lexical_faithfulness(record.answer, (d.content for d in docs))
         if score is not None:
             self._lexical += 1
-            self._metrics.observe_judged(record, "judge", "lexical", {"faithfulness": score}, None, now)
+            self._judged(record, "judge", "lexical", {"faithfulness": score}, None, now)
             self._send(record, {"faithfulness": score}, "lexical")
 
     def _on_judgement(self, record: RagRecord, judgement: Judgement) -> None:
@@ -178,20 +204,20 @@ class JudgeStage(Worker):
             return
         values = {
             name: value
-            for name in GENERATION_SCORES
+            for name in cat.SCORE_HISTOGRAMS
             if (value := getattr(scores, name)) is not None
         }
         retrieval = None
         if scores.relevant_document_ids is not None and record.has_retrieval:
             judged = final_ranking(record)  # the record as queued: its documents are those judged
-            if not scores.documents_left_out or max(self._metrics.ks) <= len(judged):
-                retrieval = score_judged_retrieval(judged, scores.relevant_document_ids, self._metrics.ks)
+            if not scores.documents_left_out or max(self._ks) <= len(judged):
+                retrieval = score_judged_retrieval(judged, scores.relevant_document_ids, self._ks)
         toxic = (
             None if scores.toxic_categories is None
             else {c: c in scores.toxic_categories for c in TOXICITY_CATEGORIES}
         )
         if values or retrieval is not None:
-            self._metrics.observe_judged(record, "judge", "llm", values, retrieval, self._clock(), toxic)
+            self._judged(record, "judge", "llm", values, retrieval, self._clock(), toxic)
         if values:
             self._send(record, values, "llm")
 

@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ragmon.errors import InputError
-from ragmon.groundtruth.jsonl import iter_jsonl
-from ragmon.groundtruth.relevance import as_id
+from ragmon.formats.jsonl import iter_jsonl
+from ragmon.formats.relevance import as_id
 from ragmon.numbers import as_unit
 from ragmon.offline.generation import ESTIMATES, GENERATION_METRICS
 

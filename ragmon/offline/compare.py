@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ragmon.errors import InputError
-from ragmon.groundtruth.text import normalize_query
+from ragmon.formats.text import normalize_query
 from ragmon.offline.evaluate import score_records
 from ragmon.offline.generation import GenerationReport
 from ragmon.offline.records import EvalRecord, Qrels

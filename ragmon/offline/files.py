@@ -10,7 +10,7 @@ from typing import Any, Final, Literal
 
 from ragmon.conventions import ConventionOptions
 from ragmon.errors import InputError
-from ragmon.groundtruth.jsonl import iter_jsonl
+from ragmon.formats.jsonl import iter_jsonl
 from ragmon.offline import traces
 from ragmon.offline.records import EvalRecord, record_from_json
 from ragmon.offline.schemas import FieldWarnings, Schema, detect, schema_named

@@ -162,19 +162,14 @@ class GenerationReport:
         return dict(found.most_common())
 
     def split(self, sizes: Sequence[int]) -> list[GenerationReport]:
-        """Reports for consecutive slices of the records (``compare`` judges both runs at once);
-        call totals stay with the first slice."""
+        """Reports for consecutive slices of the records (``compare`` judges both runs at once):
+        each slice's metrics, model and endpoint; the call totals (tried, answered, cached,
+        cost, tokens) are the session's and stay on this report (``ragmon.offline.session``)."""
         out: list[GenerationReport] = []
         start = 0
-        for i, size in enumerate(sizes):
+        for size in sizes:
             parts = tuple(MetricResults(m.key, m.outcomes[start : start + size]) for m in self.metrics)
-            first = i == 0
-            out.append(GenerationReport(
-                self.mode, parts, self.model,
-                self.judged if first else 0, self.cached if first else 0, self.answered if first else 0,
-                self.cost_usd if first else 0.0, self.unpriced_tokens if first else 0,
-                self.input_tokens if first else 0, self.output_tokens if first else 0, self.endpoint,
-            ))
+            out.append(GenerationReport(self.mode, parts, self.model, endpoint=self.endpoint))
             start += size
         return out
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ragmon.config import JudgeConfig
-from ragmon.groundtruth.jsonl import progress_bar
+from ragmon.formats.progress import progress_bar
 from ragmon.judge.prompts import Evaluator, applicable_evaluators
 from ragmon.judge.redact import Redactor
 from ragmon.judge.runner import CompletionClient, Judge, Judgement, SubmitResult

@@ -1,4 +1,4 @@
-"""The offline record format (SPEC §8a); relevance files (``--qrels``) are ``ragmon.groundtruth.relevance``.
+"""The offline record format (SPEC §8a); relevance files (``--qrels``) are ``ragmon.formats.relevance``.
 
 A record is one query of a run: ``query_id``, ``query``, ``retrieved_document_ids`` (best
 first; without them the record's retrieval metrics are not applicable), and optionally
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ragmon.groundtruth.relevance import (
+from ragmon.formats.relevance import (
     Qrels,
     as_id,
     id_list,

@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterator
 
 from ragmon.errors import InputError
-from ragmon.groundtruth.jsonl import read_bytes_lines
+from ragmon.formats.jsonl import read_bytes_lines
 from ragmon.offline.records import EvalRecord
 
 __all__ = ["is_trec_run", "read_trec_run"]

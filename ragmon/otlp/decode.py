@@ -10,7 +10,7 @@ is rejected and counted (OTLP partial success); a body that cannot be parsed at 
 ``decode_protobuf`` is the compiled decoder (``ragmon/otlp/_walker.pyx``, built by ``pip install``
 where a C compiler works) when it is built: it walks the wire bytes itself and gives the same
 spans, counts and errors as ``python_decode_protobuf``, the reference and the fallback
-(``RAGMON_DECODER=python`` forces it; ``DECODER`` says which runs).
+(``RAGMON_DECODER=python`` forces it, ``ragmon.compiled.use_compiled_decoder``; ``DECODER`` says which runs).
 
 Hostile bodies are bounded (SPEC §10); every cut counts one in ``Decoded.truncated``:
 
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import sys
 from collections import Counter
@@ -59,6 +58,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError as _ProtobufDecodeError
 
+from ragmon.compiled import use_compiled_decoder
 from ragmon.errors import DecodedTooLargeError, DecodeError
 from ragmon.model import AttributeFilter, AttrValue, Span, SpanEvent
 from ragmon.otlp.wire import TraceRequest
@@ -976,8 +976,8 @@ def _json_span(
 def _choose() -> tuple[str, Callable[[bytes, SpanSelection, int], Decoded]]:
     """The compiled decoder (``ragmon/otlp/_walker.pyx``: the same spans, counts and errors as
     ``python_decode_protobuf``, several times faster) when it is built, unless the environment
-    variable ``RAGMON_DECODER`` is ``python``; else the pure-Python one."""
-    if os.environ.get("RAGMON_DECODER", "").strip().lower() != "python":
+    variable ``RAGMON_DECODER`` is on (``ragmon.compiled.switch``); else the pure-Python one."""
+    if use_compiled_decoder():
         try:
             from ragmon.otlp._walker import decode_protobuf as compiled
         except ImportError:

@@ -28,7 +28,7 @@ from ragmon.model import ModelCalls, Offer, RagRecord, Span, Trace, Worker
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.scoring.records import PricedCall, RecordScores
 
-__all__ = ["Pipeline", "PipelineStats", "RecordSink"]
+__all__ = ["Pipeline", "PipelineStats", "RecordConsumer", "RecordSink"]
 
 log = logging.getLogger("ragmon")
 
@@ -46,6 +46,14 @@ class RecordSink(Protocol):
 
     def observe_calls(self, service: str, calls: Sequence[PricedCall]) -> None:
         """Count the model calls of a trace that is not a RAG request; must not wait."""
+
+
+class RecordConsumer(Protocol):
+    """A stage that takes each scored record after the exporter has counted it (the feedback
+    store, the status page's views, the judge stage): the pipeline's ``ConsumeTraces``."""
+
+    def consume(self, record: RagRecord, scores: RecordScores, now: float) -> None:
+        """Take one scored record; must not wait (queue work for later instead)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +102,7 @@ class Pipeline(Worker):
         score: Callable[[RagRecord], RecordScores],
         price: Callable[[ModelCalls], Sequence[PricedCall]],
         metrics: RecordSink,
-        after: Callable[[RagRecord, RecordScores, float], None] | None = None,
+        consumers: Sequence[RecordConsumer] = (),
         trim: Callable[[Sequence[Span]], None] | None = None,
         clock: Callable[[], float],
         max_queued_spans: int,
@@ -108,8 +116,8 @@ class Pipeline(Worker):
         self._price = price
         """Prices the model calls of a trace that is not a RAG request."""
         self._metrics = metrics
-        self._after = after
-        """Called with each scored record and its scores (the judge stage); must not wait."""
+        self._consumers = tuple(consumers)
+        """Given each scored record after the exporter, in order."""
         self._trim = trim
         """Called on each batch taken from the queue, before assembly: may drop attribute values
         no later stage will read (``conventions.content``); the pipeline owns the spans then."""
@@ -242,8 +250,8 @@ class Pipeline(Worker):
                     continue
                 scores = self._score(record)
                 self._metrics.observe(record, scores, now)
-                if self._after is not None:
-                    self._after(record, scores, now)
+                for consumer in self._consumers:
+                    consumer.consume(record, scores, now)
             except Exception:  # one bad trace must not stop the worker
                 self._dropped["trace_error"] += 1
                 log.exception("could not score trace %s", trace.trace_id.hex())

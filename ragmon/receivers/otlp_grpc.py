@@ -37,7 +37,7 @@ from google.rpc.status_pb2 import Status
 from ragmon.errors import DecodedTooLargeError, DecodeError
 from ragmon.model import Offer
 from ragmon.otlp.decode import decode_protobuf
-from ragmon.receivers.auth import bearer_token_matches
+from ragmon.net.auth import bearer_token_matches
 from ragmon.receivers.ingest import (
     IngestGate,
     IngestStats,
@@ -46,9 +46,9 @@ from ragmon.receivers.ingest import (
     decode_body,
     hand_over,
 )
-from ragmon.receivers.listeners import SLOW_SENDER_SECONDS, ByteBudget, ListenerLimits, Reservation
+from ragmon.net.listeners import SLOW_SENDER_SECONDS, ByteBudget, ListenerLimits, Reservation
 from ragmon.receivers.otlp_http import RETRY_AFTER_SECONDS
-from ragmon.receivers.ratelog import RateLimitedLog
+from ragmon.net.ratelog import RateLimitedLog
 
 __all__ = ["PROTOCOL", "SERVICE", "concurrent_rpcs", "server_options", "start"]
 

@@ -37,7 +37,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from ragmon.errors import BodyTooLargeError, DecodedTooLargeError, DecodeError
 from ragmon.model import Offer
 from ragmon.otlp.decode import Decoded, decode_json, decode_protobuf
-from ragmon.receivers.auth import bearer_token_matches
+from ragmon.net.auth import bearer_token_matches
 from ragmon.receivers.gunzip import gunzip
 from ragmon.receivers.ingest import (
     IngestGate,
@@ -47,13 +47,13 @@ from ragmon.receivers.ingest import (
     decode_body,
     hand_over,
 )
-from ragmon.receivers.listeners import (
+from ragmon.net.listeners import (
     ByteBudget,
     Listener,
     ListenerLimits,
     ListenerStats,
 )
-from ragmon.receivers.ratelog import RateLimitedLog, format_peer
+from ragmon.net.ratelog import RateLimitedLog, format_peer
 from ragmon.receivers.weight import json_tree_bytes
 
 __all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "SHUTDOWN_TIMEOUT", "HttpReceiver", "start"]

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ragmon.groundtruth.relevance import Qrels
+from ragmon.formats.relevance import Qrels
 from ragmon.metrics import retrieval
 from ragmon.model import LlmCall, RagRecord
 from ragmon.scoring.pricing import Pricer, PriceSource

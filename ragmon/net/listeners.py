@@ -31,7 +31,7 @@ from prometheus_client.core import Metric
 
 from ragmon.config import ReceiverConfig
 from ragmon import catalogue as cat
-from ragmon.receivers.ratelog import RateLimitedLog, format_peer
+from ragmon.net.ratelog import RateLimitedLog, format_peer
 
 __all__ = ["BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS", "Reservation", "SLOW_SENDER_SECONDS"]
 

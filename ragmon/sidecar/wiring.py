@@ -1,8 +1,11 @@
-"""Wiring only: configuration -> receivers, pipeline, metrics server; start, run, stop.
+"""Wiring only: configuration -> receivers, pipeline, consumers, metrics server; start, stop.
 
-``Sidecar`` is the in-process form (tests and embedding use it); ``run`` is ``ragmon run``:
-it serves until SIGTERM/SIGINT, then stops accepting, finishes the traces it holds, and
-returns 0.
+``Sidecar`` builds each stage from the configuration and connects them: receivers offer span
+batches to the pipeline (a ``SpanSink``); the pipeline hands each scored record to the exporter
+(its ``RecordSink``) and then to its ``RecordConsumer``s in order (the feedback store, the status
+page's worst requests and coverage, the judge stage); the judge stage hands each judgement to
+its ``JudgementSink``s (the exporter, the worst requests). ``ragmon.sidecar.process`` runs it
+as ``ragmon run``; ``ragmon.sidecar.inprocess`` inside an application.
 """
 
 from __future__ import annotations
@@ -10,25 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
-import gc
 import logging
 import os
-import resource
-import signal
-import sys
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
 
-from ragmon import __version__
 from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, read_trace, span_selection
 from ragmon.conventions.content import text_dropper
@@ -36,20 +31,21 @@ from ragmon.export import server, status
 from ragmon.export.exporter import RagMetrics, StatsCollector
 from ragmon.groundtruth.feedback import Feedback, FeedbackStore
 from ragmon.groundtruth.prober import Probes
-from ragmon.groundtruth.relevance import Qrels, read_qrels
+from ragmon.formats.relevance import Qrels, read_qrels
 from ragmon.judge.sampling import sampler
 from ragmon.judge.stage import JudgeStage
-from ragmon.model import RagRecord
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.pipeline.queue import Pipeline
 from ragmon.receivers import otlp_grpc, otlp_http
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
-from ragmon.receivers.listeners import BACKLOG, ByteBudget, Listener, ListenerLimits, ListenerStats
-from ragmon.receivers.ratelog import RateLimitedLog, held_back
+from ragmon.net.listeners import ByteBudget, Listener, ListenerLimits, ListenerStats
+from ragmon.net.ratelog import RateLimitedLog
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import RecordScores, final_ranking, price_calls, score_record
+from ragmon.scoring.records import price_calls, score_record
+from ragmon.sidecar.openfiles import connection_caps, open_files_limit
+from ragmon.sidecar.snapshot import Ports, StatusBoard
 
-__all__ = ["Sidecar", "run"]
+__all__ = ["CLOSE_TIMEOUT", "DRAIN_TIMEOUT", "JUDGE_WAIT", "SHUTDOWN_GRACE", "Sidecar", "shutdown_bound"]
 
 log = logging.getLogger("ragmon")
 
@@ -106,13 +102,6 @@ class _Lifecycle:
         return final_scrape
 
 
-@dataclass(slots=True)
-class _Bound:
-    http: int | None = None
-    grpc: int | None = None
-    metrics: int | None = None
-
-
 @dataclass
 class Sidecar:
     """ragmon's sidecar in-process: ``await start()``, then ``await stop()``.
@@ -123,7 +112,7 @@ class Sidecar:
 
     config: Config = field(default_factory=Config)
     clock: Callable[[], float] = time.monotonic
-    ports: _Bound = field(default_factory=_Bound)
+    ports: Ports = field(default_factory=Ports)
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     """Where the judge's key and base URL are read from (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``)."""
     wall: Callable[[], float] = time.time
@@ -153,7 +142,10 @@ class Sidecar:
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
         self._golden = golden
         pricer = Pricer.from_config(cfg)
-        self.judge = JudgeStage(cfg.judge, self.metrics, pricer, self.clock, self.environ)
+        self.history = status.History(max_series=cfg.metrics.max_series)
+        self.worst = status.Worst()
+        self.coverage = status.Coverage()
+        self.judge = JudgeStage(cfg.judge, (self.metrics, self.worst), cfg.scoring.k, pricer, self.clock, self.environ)
         self.probes = Probes.from_config(cfg, self.clock)
 
         self.feedback = Feedback(
@@ -161,25 +153,13 @@ class Sidecar:
             self.metrics,
             tuple(cfg.scoring.k), self.clock,
         )
-        self.history = status.History(max_series=cfg.metrics.max_series)
-        self.worst = status.Worst()
-        self.coverage = status.Coverage()
-        self.metrics.on_judged = self.worst.judged
-
-        def judge(record: RagRecord, scores: RecordScores, now: float) -> None:
-            self.feedback.keep(record.trace_id, final_ranking(record), record.service, record.variant, now)
-            self.worst.scored(record, scores)
-            self.coverage.scored(record, scores)
-            probe = scores.probe
-            self.judge.observe(record if probe is None else probe.apply(record), now, probe is not None)
-
         self.pipeline = Pipeline(
             assembler=self.assembler,
             extract=lambda trace: read_trace(trace, options),
             score=lambda record: score_record(record, cfg.scoring.k, pricer, golden, self.probes.take(record.trace_id)),
             price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
             metrics=self.metrics,
-            after=judge,
+            consumers=(self.feedback, self.worst, self.coverage, self.judge),
             trim=text_dropper(options, self._reads_documents(cfg)),
             clock=self.clock,
             max_queued_spans=cfg.receiver.max_queued_spans,
@@ -200,6 +180,11 @@ class Sidecar:
         self._workers = contextlib.AsyncExitStack()
         """The bounded-queue workers, entered by ``start`` and exited, newest first, by ``drain``."""
         self.started_at = self.wall()
+        self.board = StatusBoard(
+            cfg, self.clock, self.ports, self.ingest, self.assembler, self.pipeline, self.metrics, self.judge,
+            self.probes, self.history, self.worst, self.coverage,
+        )
+        """What the status page shows (``ragmon.sidecar.snapshot``)."""
 
     def _reads_documents(self, cfg: Config) -> Callable[[bytes], bool]:
         """Whether the judge stage will read a trace's document text: it sends documents, and the
@@ -221,79 +206,12 @@ class Sidecar:
         return server.metrics_app(
             self.registry,
             token=self.config.metrics.token,
-            status_page=self.status_page,
+            status_page=self.board.page,
             ready=lambda: self.worker is not None and not self.worker.done(),
-            after_collect=self._sample_history,
+            after_collect=self.board.sample_history,
             quiet_gc=self.own_process,
             limits=server.ScrapeLimits.from_config(self.config.metrics),
             stats=self.scrapes,
-        )
-
-    async def _sample_history(self, families: Sequence[Metric]) -> None:
-        """A scrape's point of the status page's history, when one is due: read from the
-        gauge families the scrape has just collected (in a worker thread: they are immutable),
-        kept on the loop (the page reads the history there)."""
-        now = self.clock()
-        if self.history.due(now):
-            rolling = await asyncio.to_thread(status.rolling_from_families, families)
-            self.history.sample(now, lambda: rolling)
-
-    def status_page(self) -> str:
-        """A small HTML page: what ragmon listens on and what it has seen."""
-        stats = self.pipeline.stats()
-        assembly = self.assembler.stats()
-        rows = [
-            ("version", __version__),
-            ("OTLP/HTTP", f"port {self.ports.http}" if self.ports.http else "off"),
-            ("OTLP/gRPC", f"port {self.ports.grpc}" if self.ports.grpc else "off"),
-            ("spans received", str(sum(self.ingest.spans_received.values()))),
-            ("traces pending", str(assembly.traces_pending)),
-            ("requests scored", str(stats.records)),
-            ("traces ignored (not RAG requests)", str(stats.ignored)),
-            ("of which model calls alone (tokens and cost counted)", str(stats.model_call_traces)),
-            ("retrievals without relevance", str(stats.unlabelled)),
-            ("judge", self.judge.mode),
-            ("probes", ", ".join(p.name for p in self.probes.probers) or "none"),
-        ]
-        notes = []
-        if stats.without_content:
-            notes.append(
-                f"{stats.without_content} of {stats.records} requests carried no query or answer text: "
-                "their instrumentation records no message content (OpenTelemetry GenAI instrumentation's "
-                "default), so only latency, tokens and cost can be measured for them."
-            )
-        notes.extend(self.judge.notes())
-        if stats.records and stats.unlabelled == stats.records:
-            notes.append("No request carried relevance labels: retrieval quality needs ragmon.relevant_document_ids, a golden set, probes or feedback.")
-        return status.render(self.status_snapshot(rows, [*notes, *self.coverage.notes()]))
-
-    def _rolling(self) -> status.Rolling:
-        self.metrics.flush()
-        return status.read_rolling(self.metrics.gauges, self.metrics.latency, self.clock())
-
-    def status_snapshot(self, rows: list[tuple[str, str]], notes: list[str]) -> status.StatusSnapshot:
-        """What the status page shows now (rolling values read from the exporter's windows)."""
-        rolling = self._rolling()
-        self.history.sample(self.clock(), lambda: rolling)
-        shown = sorted(rolling)[: self.config.metrics.max_series]
-        judge = self.judge.judge.stats() if self.judge.judge is not None else None
-        outcomes: Counter[str] = Counter()
-        for (_, outcome), n in (judge.counts.items() if judge else ()):
-            outcomes[outcome] += n
-        return status.StatusSnapshot(
-            rows=rows,
-            series=[status.SeriesView(s, v, rolling[s, v], self.history.of(s, v)) for s, v in shown],
-            series_hidden=len(rolling) - len(shown),
-            received=dict(self.ingest.spans_received),
-            rejected=dict(self.ingest.spans_rejected),
-            unmeasured=notes,
-            conventions=dict(self.coverage.conventions),
-            judge=status.JudgeView(
-                self.judge.mode, judge.breaker.value if judge else "", judge.cost_usd if judge else 0.0,
-                self.config.judge.max_usd_per_hour, dict(outcomes),
-            ),
-            probes={p.name: (p.last, dict(p.outcomes)) for p in self.probes.probers},
-            worst=self.worst.entries(),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -318,7 +236,7 @@ class Sidecar:
         """Start the worker, the receivers and the metrics server; log what was bound."""
         cfg = self.config
         life = self._life
-        life.caps = connection_caps(cfg, _open_files_limit())
+        life.caps = connection_caps(cfg, open_files_limit())
         self.registry.register(StatsCollector(life.listeners.collect))
         self.registry.register(StatsCollector(self.scrapes.collect))
         await self._workers.enter_async_context(self.judge)
@@ -422,176 +340,3 @@ class Sidecar:
         await self.drain(timeout)
         await self.close()
 
-
-_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
-
-def _on_loop_error(limiter: RateLimitedLog) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
-    """An asyncio exception handler that logs each kind of error at most once per interval
-    (out of file descriptors, asyncio would log every failed ``accept``)."""
-
-    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        message = str(context.get("message") or "unhandled error in the event loop")
-        held = limiter.admit(f"asyncio: {message}")
-        if held is None:
-            return
-        error = context.get("exception")
-        if isinstance(error, OSError) and error.errno in _RESOURCE_ERRORS:  # no traceback: not a bug
-            log.error("%s: %s%s", message, error, held_back(held))
-        else:
-            loop.default_exception_handler({**context, "message": message + held_back(held)})
-
-    return handle
-
-
-async def _run(config: Config, files: str = "") -> int:
-    stopping, hurry = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        (hurry if stopping.is_set() else stopping).set()  # a second signal cuts the linger
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    sidecar = Sidecar(config, own_process=True)
-    loop.set_exception_handler(_on_loop_error(RateLimitedLog(log)))
-    try:
-        await sidecar.start()
-    except BaseException:
-        await sidecar.stop()
-        raise
-    log.info("ragmon %s running: %s", __version__, "; ".join([*sidecar.summary, *([files] if files else [])]))
-    worker = sidecar.worker
-    signalled = asyncio.create_task(stopping.wait())
-    await asyncio.wait({signalled, *([worker] if worker else [])}, return_when=asyncio.FIRST_COMPLETED)
-    if worker is not None and worker.done():
-        signalled.cancel()
-        error = None if worker.cancelled() else worker.exception()
-        log.error("the pipeline stopped unexpectedly: %r", error)
-        await sidecar.stop()
-        return 1
-    started = loop.time()
-    linger = config.metrics.linger
-    log.info("stopping: no new requests; finishing the traces held (at most %.0fs)", shutdown_bound(linger))
-    await sidecar.stop_ingest()
-    await sidecar.drain(DRAIN_TIMEOUT)
-    if linger > 0 and sidecar.ports.metrics is not None:
-        log.info("shutdown: /metrics answers until a scrape has read the final values (at most %gs)", linger)
-        scraped = await sidecar.linger(linger, hurry)
-        log.info("shutdown: %s", "final values scraped" if scraped else "no scrape came; not waiting longer")
-    await sidecar.close()
-    log.info("stopped in %.1fs", loop.time() - started)
-    return 0
-
-
-RESERVED_FILES = 2 * BACKLOG + 128
-"""Open files kept out of the connection caps' reach: an accept burst on each aiohttp listener
-(asyncio accepts up to the backlog before a refused or evicted connection is closed), logs,
-sockets to the judge, files."""
-
-
-_NR_OPEN = 1 << 20
-"""Linux's default ceiling on open files per process (``fs.nr_open``)."""
-
-
-def _open_files_limit() -> int | None:
-    """The soft limit on open files; None when unlimited or unknown."""
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def connection_caps(config: Config, open_files: int | None) -> tuple[int, int]:
-    """The connection caps of each OTLP receiver and of the metrics server: the configured
-    ones, lowered (with a warning) when together they could use up ``open_files`` and leave
-    /healthz unable to accept."""
-    receiver, metrics = config.receiver.max_connections, config.metrics.max_connections
-    if open_files is None or 2 * receiver + metrics + RESERVED_FILES <= open_files:
-        return receiver, metrics
-    room = max(open_files - RESERVED_FILES, 48)
-    metrics_cap = min(metrics, max(16, room // 8))
-    receiver_cap = min(receiver, max(16, (room - metrics_cap) // 2))
-    log.warning(
-        "the open-file limit (%d) is too low for receiver.max_connections = %d and "
-        "metrics.max_connections = %d: using %d and %d (raise the limit: ulimit -n)",
-        open_files, receiver, metrics, receiver_cap, metrics_cap)
-    return receiver_cap, metrics_cap
-
-
-def raise_open_files_limit() -> str:
-    """Raise the soft limit on open files to the hard limit (connections are files); says what
-    it is now, for the start-up line (a failure is logged as a warning)."""
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        target = _NR_OPEN if hard == resource.RLIM_INFINITY else hard  # the kernel caps "unlimited"
-        if soft != resource.RLIM_INFINITY and soft < target:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError) as exc:
-        log.warning("cannot raise the open-file limit: %s", exc)
-        return f"open-file limit {_open_files_limit() or 'unlimited'}"
-    now = _open_files_limit()
-    shown = "unlimited" if now is None else str(now)
-    return f"open-file limit {shown if now == soft else f'raised from {soft} to {shown}'}"
-
-
-GC_YOUNG_THRESHOLD = 50_000
-"""Allocations between young-generation collections in ``ragmon run`` (CPython's default: 700)."""
-
-
-SWITCH_INTERVAL = 0.001
-"""Seconds a thread holds the GIL while another waits for it, in ``ragmon run`` (CPython's
-default: 0.005). A scrape renders in a worker thread; each time the event loop wakes (every
-socket read and write of an OTLP request) it waits for the GIL at most this long."""
-
-
-def tune_gc() -> None:
-    """Collect less often: each span allocates a few short-lived objects, nearly all freed by
-    reference counting; at CPython's default threshold the cycle collector took ~14% of the
-    pipeline's time (bench/ingest.py). Objects alive at start-up (modules, config) are frozen
-    out of every collection. For ``ragmon run`` only: an embedding process keeps its own policy."""
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
-"""glibc's ``mallopt`` parameters (malloc.h)."""
-MALLOC_ARENAS = 2
-MALLOC_MMAP_THRESHOLD = 128 * 1024
-MALLOC_TRIM_THRESHOLD = 1024 * 1024
-
-
-def tune_malloc() -> str:
-    """Make the C allocator give freed memory back, for ``ragmon run`` (glibc only; elsewhere
-    nothing changes). Request bodies, decoded batches and rendered scrapes are large and
-    short-lived, and some are made in worker threads: with glibc's defaults each thread gets
-    an arena of its own (up to 8 a core) and, once a large block has been freed, the threshold
-    for mapping large blocks rises up to 32 MiB, so later ones come from the arenas and their
-    freed pages stay in the process (peak RSS after a burst stayed high: docs/reliability.md).
-    Fixed: ``MALLOC_ARENAS`` arenas, blocks from ``MALLOC_MMAP_THRESHOLD`` mapped (and unmapped
-    when freed), free memory past ``MALLOC_TRIM_THRESHOLD`` at the top of the heap returned.
-    The environment's ``MALLOC_*_`` variables win. Says what it did, for the start-up line."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return "malloc as is"
-    for option, value, variable in (
-        (_M_ARENA_MAX, MALLOC_ARENAS, "MALLOC_ARENA_MAX"),
-        (_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
-        (_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_"),
-    ):
-        if variable not in os.environ and not mallopt(option, value):
-            return "malloc as is"
-    return f"malloc arenas {MALLOC_ARENAS}"
-
-
-def run(config: Config) -> int:
-    """``ragmon run``: serve until SIGTERM or SIGINT; returns the exit code."""
-    malloc = tune_malloc()
-    tune_gc()
-    sys.setswitchinterval(SWITCH_INTERVAL)
-    files = raise_open_files_limit()
-    return asyncio.run(_run(config, f"{files}; {malloc}"))

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragmon.errors import InputError
-from ragmon.groundtruth.jsonl import iter_jsonl, read_bytes_lines
-from ragmon.groundtruth.text import normalize_query
+from ragmon.formats.jsonl import iter_jsonl, read_bytes_lines
+from ragmon.formats.text import normalize_query
 from ragmon.numbers import MAX_COUNT, as_grade
 
 __all__ = ["GoldenQuery", "Qrels", "parse_labels", "read_golden_queries", "read_qrels", "as_id", "id_list", "optional_str"]

@@ -42,7 +42,7 @@ from typing import Generic, TypeAlias, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ragmon.metrics.sketch import DEFAULT_RELATIVE_ACCURACY, QuantileSketch
+from ragmon.export.sketch import DEFAULT_RELATIVE_ACCURACY, QuantileSketch
 
 __all__ = [
     "DEFAULT_BUCKETS",

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Generator, Iterator
 from typing import Any
 
 from ragmon.errors import InputError
+from ragmon.formats.progress import PROGRESS_MIN_BYTES, progress_bar
 
-__all__ = ["PROGRESS_MIN_BYTES", "iter_jsonl", "progress_bar", "read_bytes_lines"]
-
-PROGRESS_MIN_BYTES = 1 << 20
-"""Files at least this large get a progress bar (when progress is on)."""
-
-
-def progress_bar(total: int, unit: str, desc: str) -> Any:
-    """The progress bar of ``eval`` and ``compare`` on stderr (a ``tqdm``; the caller closes it).
-    Callers show it only when stderr is a terminal."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, file=sys.stderr, leave=False, mininterval=0.2)
-
+__all__ = ["iter_jsonl", "read_bytes_lines"]
 
 def read_bytes_lines(path: str, *, progress: bool = False) -> Generator[tuple[int, bytes], None, None]:
     """Yield ``(line number, raw line)``; a progress bar on stderr when asked and the file is large."""
