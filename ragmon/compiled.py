@@ -12,7 +12,7 @@ nothing but the standard library.
 The three switches, read by ``switch`` alone and spelt the same way (the value stripped and
 lower-cased; ``python``, ``1``, ``true``, ``yes`` or ``on`` turn it on; unset, empty,
 ``compiled``, ``0``, ``false``, ``no`` or ``off`` leave it off; anything else leaves it off
-with a warning naming the variable):
+with a one-line warning naming the variable):
 
 - ``RAGMON_PIPELINE``: the modules of ``MODULES`` run from their Python source;
 - ``RAGMON_DECODER``: the pure-Python protobuf decoder runs (``use_compiled_decoder``);
@@ -24,9 +24,9 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
+import logging
 import os
 import sys
-import warnings
 from collections.abc import Mapping, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
 from pathlib import Path
@@ -44,8 +44,14 @@ MODULES: tuple[str, ...] = (
     "ragmon.pipeline.assembly",
     "ragmon.pipeline.queue",
     "ragmon.scoring.records",
+    "ragmon.export.calls",
     "ragmon.export.exporter",
+    "ragmon.export.feedback",
+    "ragmon.export.judgements",
     "ragmon.export.labels",
+    "ragmon.export.recording",
+    "ragmon.export.requests",
+    "ragmon.export.retrieval",
     "ragmon.export.series",
     "ragmon.judge.lexical",
     "ragmon.judge.sampling",
@@ -57,6 +63,9 @@ types themselves (``ragmon.metrics.retrieval``: mypyc would check them first, wi
 error; its kernels are here) and modules whose tests replace their functions
 (``ragmon.scoring.pricing``)."""
 
+
+_LOG = logging.getLogger("ragmon.compiled")
+"""One line per misspelt switch (logging's last-resort handler prints it bare before logging is set up)."""
 
 PIPELINE_SWITCH = "RAGMON_PIPELINE"
 DECODER_SWITCH = "RAGMON_DECODER"
@@ -71,10 +80,9 @@ def switch(variable: str, environ: Mapping[str, str] = os.environ) -> bool:
     if value in ON_WORDS:
         return True
     if value not in OFF_WORDS:
-        warnings.warn(
-            f"ragmon: {variable}={environ[variable]!r} is not one of {', '.join(sorted(ON_WORDS))} "
-            f"(on) or {', '.join(sorted(OFF_WORDS - {''}))} (off): taken as off",
-            RuntimeWarning, stacklevel=2,
+        _LOG.warning(
+            "ragmon: %s=%r is not one of %s (on) or %s (off): taken as off",
+            variable, environ[variable], ", ".join(sorted(ON_WORDS)), ", ".join(sorted(OFF_WORDS - {""})),
         )
     return False
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -160,9 +161,18 @@ def test_every_switch_is_read_by_one_rule(value: str, on: bool) -> None:
     assert compiled.switch(compiled.PIPELINE_SWITCH, {}) is False
 
 
-def test_a_misspelt_switch_is_off_with_a_warning_naming_it() -> None:
-    with pytest.warns(RuntimeWarning, match=r"RAGMON_DECODER='pyhton' is not one of .*python.* \(on\).*: taken as off"):
-        assert compiled.switch(compiled.DECODER_SWITCH, {"RAGMON_DECODER": "pyhton"}) is False
+def test_a_misspelt_switch_is_off_with_one_line_naming_it() -> None:
+    """In-process (the log record) and from a command: one line on stderr, before logging is set up."""
+    assert compiled.switch(compiled.DECODER_SWITCH, {"RAGMON_DECODER": "pyhton"}) is False
+    done = subprocess.run(
+        [sys.executable, "-c", "from ragmon.otlp.decode import DECODER; print(DECODER)"],
+        env={**os.environ, "RAGMON_DECODER": "pyhton"}, capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert done.stdout == "compiled\n" or shutil.which("gcc") is None
+    assert re.fullmatch(
+        r"ragmon: RAGMON_DECODER='pyhton' is not one of 1, on, python, true, yes \(on\) or 0, compiled, false, no, off \(off\): taken as off\n",
+        done.stderr,
+    ), done.stderr
 
 
 def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Path) -> None:

@@ -147,6 +147,7 @@ def _full_request(metrics: RagMetrics, i: int, service: str, call: PricedCall, n
     record = _record(i, service)
     metrics.observe(record, RecordScores((_retrieval("label", (1,)),), False, (call,)), now)
     metrics.observe_judged(record, "judge", "llm", {"faithfulness": 1.0, "answer_relevance": 0.5}, None, now)
+    metrics.observe_feedback(service, "v", record.trace_id.hex(), None, {"thumbs": 1.0}, now)
 
 
 def test_known_keys_keep_their_own_series_when_the_budget_is_full() -> None:
@@ -170,8 +171,8 @@ def test_bound_state_stays_within_the_budget() -> None:
     metrics, _ = _metrics(Clock(), max_series=2, ks=(1,))
     for i in range(5):
         _full_request(metrics, i, f"s{i}", PricedCall(f"m{i}", "generation", 1, 1, 0.5, "table"), 10.0)
-    generation = metrics._generation
-    for state in (metrics._services, metrics._retrieval, metrics._models, generation["faithfulness"], generation["answer_relevance"]):
+    generation = metrics.judgements.streams
+    for state in (metrics.requests.series, metrics.retrieval.series, metrics.calls.series, generation["faithfulness"], generation["answer_relevance"], metrics.feedback.streams):
         assert len(state) == 2
 
 

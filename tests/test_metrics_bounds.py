@@ -198,7 +198,7 @@ def test_bound_state_stops_growing_at_the_budget() -> None:
     _observe_all(metrics, names[1000:])
     metrics.flush()
     assert _live_objects() - before < 100
-    for state in (metrics._services, metrics._retrieval, metrics._models, *metrics._generation.values()):
+    for state in (metrics.requests.series, metrics.retrieval.series, metrics.calls.series, *metrics.judgements.streams.values(), metrics.feedback.streams):
         assert len(state) <= 20
     for family in (*metrics.counters, *metrics.histograms):
         assert len(family) <= 20 + 20, family.name

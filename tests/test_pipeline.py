@@ -8,8 +8,8 @@ import logging
 import random
 import re
 import time
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ from ragmon.export.exporter import MAX_BUFFERED, RagMetrics
 from ragmon.model import LlmCall, ModelCalls, Offer, RagRecord, Span, Trace
 from ragmon.pipeline.queue import _SLICE, Pipeline, PipelineStats
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore, price_calls, score_record
+from ragmon.scoring.records import PricedCall, RecordScorer, RecordScores, RetrievalScore, price_calls, score_record
 
 
 def _pipeline_args(max_spans: int = 5, max_bytes: int = 1000) -> dict[str, Any]:
@@ -180,6 +180,21 @@ class _LoggedMetrics(RagMetrics):
         super().flush()
 
 
+@dataclass(frozen=True)
+class _Reads:
+    """An extraction stage from a function."""
+
+    read: Callable[[Trace], RagRecord | ModelCalls | None]
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """A scoring stage from functions."""
+
+    score: Callable[[RagRecord], RecordScores]
+    price: Callable[[ModelCalls], Sequence[PricedCall]]
+
+
 def test_metric_buffers_are_bounded_and_a_scrape_shows_every_value() -> None:
     """The worker yields every slice; the metrics flush every ``MAX_BUFFERED`` records by
     themselves, and the last values (same window buckets) wait for a scrape, which shows all."""
@@ -188,9 +203,8 @@ def test_metric_buffers_are_bounded_and_a_scrape_shows_every_value() -> None:
     pricer = Pricer()
     pipeline = Pipeline(
         assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
-        extract=lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1000),
-        score=lambda record: score_record(record, (1,), pricer),
-        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
+        reader=_Reads(lambda trace: RagRecord(trace.trace_id, "s", "v", 0, 1000)),
+        scorer=RecordScorer((1,), pricer),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=10,
@@ -259,9 +273,8 @@ def _counting_pipeline(extract: object, max_spans: int = 10, max_bytes: int = 10
     pricer = Pricer()
     pipeline = Pipeline(
         assembler=TraceAssembler(grace=0.0, max_wait=10.0, max_pending=100, max_spans=1000),
-        extract=extract,  # type: ignore[arg-type]
-        score=lambda record: score_record(record, (1,), pricer),
-        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
+        reader=_Reads(extract),  # type: ignore[arg-type]
+        scorer=RecordScorer((1,), pricer),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=max_spans,
@@ -335,7 +348,7 @@ def test_a_trace_that_fails_is_counted_and_the_worker_goes_on() -> None:
     assert pipeline.stats().dropped == {"trace_error": 1}
     assert registry.get_sample_value("ragmon_dropped_total", {"reason": "trace_error"}) == 1.0
     metrics.flush()
-    assert metrics.traces.cell(("svc", "v")).value == 3.0
+    assert metrics.requests.traces.cell(("svc", "v")).value == 3.0
 
 
 def test_the_worker_yields_while_it_moves_a_full_queue_into_assembly() -> None:
@@ -393,9 +406,8 @@ def _recording_pipeline(
     )
     params.update(kwargs)
     return Pipeline(
-        extract=extract,  # type: ignore[arg-type]
-        score=score,  # type: ignore[arg-type]
-        price=lambda calls: price_calls(calls.calls, Pricer(), calls.start_ns),
+        reader=_Reads(extract),  # type: ignore[arg-type]
+        scorer=_Scores(score, RecordScorer((1,), Pricer()).price),  # type: ignore[arg-type]
         consumers=[_Seen(seen)],
         **params,  # type: ignore[arg-type]
     )

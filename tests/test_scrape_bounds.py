@@ -86,6 +86,7 @@ def loop() -> Iterator[LoopThread]:
     thread.close()
 
 
+@pytest.mark.system  # bounds real waits: the server's timeouts run on its event loop's clock
 def test_clients_that_never_read_hold_at_most_the_budget_then_are_cut(loop: LoopThread) -> None:
     """Each answer waiting for its client is charged to ``max_inflight_bytes``: past it new
     scrapes get 503 + Retry-After before anything is rendered; after ``write_timeout`` the
@@ -120,6 +121,7 @@ def _Big_text() -> bytes:
     return generate_latest(registry)
 
 
+@pytest.mark.system  # bounds real waits: the server's timeouts run on its event loop's clock
 def test_a_client_reading_a_trickle_is_cut_at_the_write_timeout(loop: LoopThread) -> None:
     """1 KB every half second on a 4 MB answer: cut at ``write_timeout`` (not held for an
     hour), its answer freed, counted. (The client still reads what the kernel had buffered.)"""
@@ -190,6 +192,7 @@ def test_one_answer_larger_than_the_budget_is_still_served_alone(loop: LoopThrea
         loop.run(runner.cleanup())
 
 
+@pytest.mark.system  # bounds real waits: the server's timeouts run on its event loop's clock
 def test_the_handler_never_awaits_a_client_under_the_scrape_lock() -> None:
     """Writing happens after the scrape lock is released: a silent client does not hold up the
     next scrape's rendering (it is refused by the budget, or served, at once)."""

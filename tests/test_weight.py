@@ -20,7 +20,6 @@ from test_receiver_http import JS, SELECTION, _start, loop  # noqa: F401  (loop:
 
 from ragmon.config import Config, MetricsConfig, ReceiverConfig
 from ragmon.otlp.decode import decode_json
-from ragmon.net.listeners import ListenerLimits
 from ragmon.receivers.ingest import IngestGate
 from ragmon.receivers.weight import json_tree_bytes
 
@@ -149,6 +148,7 @@ def test_the_sidecar_gives_each_decode_half_the_in_flight_bytes() -> None:
             assert post(f"http://127.0.0.1:{car.ports.http}/v1/traces", body, JS)[0] == answer
 
 
+@pytest.mark.system  # bounds real waits: the server's timeouts run on its event loop's clock
 def test_a_feedback_body_is_parsed_in_a_turn_within_its_bytes() -> None:
     """Feedback bodies are parsed in a turn of the gate too (they were not gated: six 16 MB
     bodies parsed at once took 1 GB), their tree checked before it is built."""

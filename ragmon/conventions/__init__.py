@@ -59,6 +59,7 @@ from ragmon.conventions._extract import (
     REFERENCE_ANSWER,
     RELEVANCE,
     RELEVANT_IDS,
+    TraceReader,
     extract_rag_record,
     read_trace,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "EVENTS",
     "SELECTION",
     "ConventionOptions",
+    "TraceReader",
     "attribute_filter",
     "extract_rag_record",
     "read_trace",

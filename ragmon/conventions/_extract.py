@@ -487,6 +487,17 @@ def _variant(span: Span | None, attribute: str) -> str:
     return DEFAULT_VARIANT
 
 
+@dataclass(frozen=True, slots=True)
+class TraceReader:
+    """The extraction stage: ``read_trace`` with one set of ``options``."""
+
+    options: ConventionOptions
+
+    def read(self, trace: Trace) -> RagRecord | ModelCalls | None:
+        """``read_trace(trace, self.options)``."""
+        return read_trace(trace, self.options)
+
+
 def extract_rag_record(trace: Trace, options: ConventionOptions) -> RagRecord | None:
     """Read one finished trace's RAG request; None when it is not one (``read_trace``)."""
     read = read_trace(trace, options)

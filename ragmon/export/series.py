@@ -226,8 +226,9 @@ class _BudgetedFamily(Generic[S, F]):
         documentation: str,
         labelnames: Sequence[str],
         wall: Callable[[], float],
-        max_series: int | None | object,
-        fold_labels: Collection[str],
+        *,
+        max_series: int | None | object = None,
+        fold_labels: Collection[str] = (),
     ) -> None:
         self.name = name
         self.documentation = documentation
@@ -283,18 +284,6 @@ class _BudgetedFamily(Generic[S, F]):
 class CounterFamily(_BudgetedFamily[CounterCell, FoldedCell]):
     """A counter's series by label values, made on first use, at most ``max_series`` of its own
     (module docstring: series budget)."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        wall: Callable[[], float],
-        *,
-        max_series: int | None | object = None,
-        fold_labels: Collection[str] = (),
-    ) -> None:
-        super().__init__(name, documentation, labelnames, wall, max_series, fold_labels)
 
     def _new(self) -> CounterCell:
         return CounterCell(self._wall())
@@ -369,7 +358,7 @@ class HistogramFamily(_BudgetedFamily[HistogramSeries, FoldedSeries]):
         max_series: int | None | object = None,
         fold_labels: Collection[str] = (),
     ) -> None:
-        super().__init__(name, documentation, labelnames, wall, max_series, fold_labels)
+        super().__init__(name, documentation, labelnames, wall, max_series=max_series, fold_labels=fold_labels)
         self.buckets = Buckets(buckets)
 
     def _new(self) -> HistogramSeries:

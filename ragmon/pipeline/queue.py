@@ -28,7 +28,7 @@ from ragmon.model import ModelCalls, Offer, RagRecord, Span, Trace, Worker
 from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.scoring.records import PricedCall, RecordScores
 
-__all__ = ["Pipeline", "PipelineStats", "RecordConsumer", "RecordSink"]
+__all__ = ["Pipeline", "PipelineStats", "RecordConsumer", "RecordSink", "Scorer", "TraceReader"]
 
 log = logging.getLogger("ragmon")
 
@@ -36,6 +36,23 @@ _SLICE = 256
 """Traces scored between two yields to the event loop (receivers and scrapes stay responsive)."""
 _TAKE_SPANS = 4096
 """Spans moved from the queue into assembly between two yields (a full queue holds 200,000)."""
+
+
+class TraceReader(Protocol):
+    """The extraction stage (``conventions.TraceReader``)."""
+
+    def read(self, trace: Trace) -> RagRecord | ModelCalls | None:
+        """A finished trace's RAG request, else its model calls, else None."""
+
+
+class Scorer(Protocol):
+    """The scoring stage (``scoring.records.RecordScorer``)."""
+
+    def score(self, record: RagRecord) -> RecordScores:
+        """One request's scores."""
+
+    def price(self, calls: ModelCalls) -> Sequence[PricedCall]:
+        """The priced calls of a trace that is not a RAG request."""
 
 
 class RecordSink(Protocol):
@@ -98,9 +115,8 @@ class Pipeline(Worker):
         self,
         *,
         assembler: TraceAssembler,
-        extract: Callable[[Trace], RagRecord | ModelCalls | None],
-        score: Callable[[RagRecord], RecordScores],
-        price: Callable[[ModelCalls], Sequence[PricedCall]],
+        reader: TraceReader,
+        scorer: Scorer,
         metrics: RecordSink,
         consumers: Sequence[RecordConsumer] = (),
         trim: Callable[[Sequence[Span]], None] | None = None,
@@ -111,10 +127,8 @@ class Pipeline(Worker):
         stop_timeout: float = 10.0,
     ) -> None:
         self._assembler = assembler
-        self._extract = extract
-        self._score = score
-        self._price = price
-        """Prices the model calls of a trace that is not a RAG request."""
+        self._reader = reader
+        self._scorer = scorer
         self._metrics = metrics
         self._consumers = tuple(consumers)
         """Given each scored record after the exporter, in order."""
@@ -241,14 +255,14 @@ class Pipeline(Worker):
             if done % _SLICE == 0:
                 await asyncio.sleep(0)
             try:
-                record = self._extract(trace)
+                record = self._reader.read(trace)
                 if record is None or isinstance(record, ModelCalls):
                     if record is not None:  # not a request: its calls count in tokens and cost
-                        self._metrics.observe_calls(record.service, self._price(record))
+                        self._metrics.observe_calls(record.service, self._scorer.price(record))
                         self._model_call_traces += 1
                     self._ignored += 1
                     continue
-                scores = self._score(record)
+                scores = self._scorer.score(record)
                 self._metrics.observe(record, scores, now)
                 for consumer in self._consumers:
                     consumer.consume(record, scores, now)

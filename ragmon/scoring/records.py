@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from ragmon.formats.relevance import Qrels
 from ragmon.metrics import retrieval
-from ragmon.model import LlmCall, RagRecord
+from ragmon.model import LlmCall, ModelCalls, RagRecord
 from ragmon.scoring.pricing import Pricer, PriceSource
 
 __all__ = [
-    "ProbeLabels", "RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_judged_retrieval", "score_record",
+    "ProbeLabels", "RetrievalScore", "PricedCall", "RecordScores", "score_retrieval", "score_judged_retrieval", "score_record", "RecordScorer", "ProbeSource",
     "final_ranking", "price_calls",
 ]
 
@@ -174,3 +174,31 @@ def price_calls(calls: Sequence[LlmCall], pricer: Pricer, start_ns: int) -> tupl
         )
         priced.append(PricedCall(call.model, call.purpose, call.input_tokens, call.output_tokens, price.usd, price.source))
     return tuple(priced)
+
+
+class ProbeSource(Protocol):
+    """Where a probe's relevance labels wait for its trace (``groundtruth.prober.Probes``)."""
+
+    def take(self, trace_id: bytes) -> ProbeLabels | None:
+        """The labels of the probe that sent ``trace_id``, once; None for other traces."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordScorer:
+    """The scoring stage: each record's retrieval at ``ks`` against every relevance source it
+    has (its labels, ``golden``, a probe's labels from ``probes``) and its priced calls."""
+
+    ks: tuple[int, ...]
+    pricer: Pricer
+    golden: Qrels | None = None
+    probes: ProbeSource | None = None
+
+    def score(self, record: RagRecord) -> RecordScores:
+        """``score_record`` with this stage's sources."""
+        probe = self.probes.take(record.trace_id) if self.probes is not None else None
+        return score_record(record, self.ks, self.pricer, self.golden, probe)
+
+    def price(self, calls: ModelCalls) -> tuple[PricedCall, ...]:
+        """The priced calls of a trace that is not a RAG request."""
+        return price_calls(calls.calls, self.pricer, calls.start_ns)

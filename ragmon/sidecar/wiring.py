@@ -25,7 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from ragmon.config import Config, parse_listen
-from ragmon.conventions import ConventionOptions, read_trace, span_selection
+from ragmon.conventions import ConventionOptions, TraceReader, span_selection
 from ragmon.conventions.content import text_dropper
 from ragmon.export import server, status
 from ragmon.export.exporter import RagMetrics, StatsCollector
@@ -41,7 +41,7 @@ from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
 from ragmon.net.listeners import ByteBudget, Listener, ListenerLimits, ListenerStats
 from ragmon.net.ratelog import RateLimitedLog
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import price_calls, score_record
+from ragmon.scoring.records import RecordScorer
 from ragmon.sidecar.openfiles import connection_caps, open_files_limit
 from ragmon.sidecar.snapshot import Ports, StatusBoard
 
@@ -155,9 +155,8 @@ class Sidecar:
         )
         self.pipeline = Pipeline(
             assembler=self.assembler,
-            extract=lambda trace: read_trace(trace, options),
-            score=lambda record: score_record(record, cfg.scoring.k, pricer, golden, self.probes.take(record.trace_id)),
-            price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
+            reader=TraceReader(options),
+            scorer=RecordScorer(tuple(cfg.scoring.k), pricer, golden, self.probes),
             metrics=self.metrics,
             consumers=(self.feedback, self.worst, self.coverage, self.judge),
             trim=text_dropper(options, self._reads_documents(cfg)),
