@@ -30,9 +30,8 @@ def _pipeline_args(max_spans: int = 5, max_bytes: int = 1000) -> dict[str, Any]:
     pricer = Pricer()
     return dict(
         assembler=TraceAssembler(grace=1.0, max_wait=10.0, max_pending=10, max_spans=100),
-        extract=lambda trace: None,
-        score=lambda record: score_record(record, (1,), pricer),
-        price=lambda calls: price_calls(calls.calls, pricer, calls.start_ns),
+        reader=_Reads(lambda trace: None),
+        scorer=RecordScorer((1,), pricer),
         metrics=metrics,
         clock=lambda: 0.0,
         max_queued_spans=max_spans,
