@@ -145,9 +145,9 @@ class Recording:
         if now != self._now and not self.latency.same_buckets(self._now, now):
             self.flush()
             self._now = now
-        self._buffered += 1
-        if self._buffered > MAX_BUFFERED:
+        if self._buffered >= MAX_BUFFERED:
             self.flush()
+        self._buffered += 1
 
     def flush(self) -> None:
         """Fold the buffered values into the rolling windows (at the ``now`` they were observed
