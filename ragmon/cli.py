@@ -13,7 +13,7 @@ from typing import Any, NoReturn, TextIO
 
 from ragmon import __version__
 from ragmon.config import Config, ScoringConfig, check_document_id_place, config_from_mapping, load_config
-from ragmon.errors import ConfigError, InputError, RagmonError, UsageError
+from ragmon.errors import ConfigError, InputError, ListenError, RagmonError, UsageError
 from ragmon.formats.relevance import read_golden_queries
 from ragmon.judge.endpoint import mask_credentials
 from ragmon.offline.cache import DEFAULT_CACHE
@@ -161,7 +161,7 @@ def _run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     try:
         return run(config)
-    except (OSError, ValueError) as exc:  # a busy port; a value only the running parts can check
+    except (ListenError, OSError, ValueError) as exc:  # a busy port; a value only the running parts can check
         print(f"ragmon run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

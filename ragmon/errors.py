@@ -113,3 +113,8 @@ class JudgePermanentError(JudgeCallError):
 
 class FeedbackError(RagmonError):
     """A feedback body refused (HTTP 400): ``str()`` names the field."""
+
+
+class ListenError(RagmonError):
+    """A configured address cannot be listened on: ``str()`` is one line naming the setting and the
+    address (``metrics.listen 0.0.0.0:9464 is in use``)."""

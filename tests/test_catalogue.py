@@ -21,7 +21,7 @@ GOLDEN = Path(__file__).parent / "data" / "metric_families.txt"
 README = (ROOT / "README.md").read_text()
 NOT_IN_GOLDEN = {
     "ragmon_connections_open", "ragmon_connections_refused", "ragmon_connections_closed",  # listeners, not the registry alone
-    "ragmon_scrapes_dropped", "ragmon_scrape_bytes",  # the metrics server
+    "ragmon_scrapes_dropped", "ragmon_scrape_bytes", "ragmon_http_requests_unrouted",  # the metrics server and receivers
     "ragmon_evaluations_exported",  # with judge.export_endpoint
     "ragmon_probe_requests", "ragmon_probe_duration_seconds", "ragmon_probe_traces", "ragmon_probe_traces_pending",  # with probes
 }

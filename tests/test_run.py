@@ -19,6 +19,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from process_helpers import RagmonProcess, config_file
 from test_sidecar import send_rag_traces
 
+from ragmon.compiled import pipeline
+from ragmon.otlp.decode import DECODER
+
 pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 PORT_LINE = re.compile(r"(metrics|OTLP/HTTP|OTLP/gRPC) on ([\d.]+):(\d+)")
@@ -139,19 +142,30 @@ def test_run_with_an_openai_base_url_that_is_no_url_exits_2_with_one_line(tmp_pa
     assert result.stderr == "ragmon run: error: OPENAI_BASE_URL: must be empty or an http:// or https:// URL with a host\n"
 
 
-@pytest.mark.parametrize("receiver", ["http", "grpc"])
-def test_run_on_a_busy_port_exits_2_with_one_line(tmp_path: Path, receiver: str) -> None:
+@pytest.mark.parametrize("setting", ["receiver.http", "receiver.grpc", "metrics.listen"])
+def test_run_on_a_busy_port_exits_2_with_one_line_naming_the_setting(tmp_path: Path, setting: str) -> None:
+    """The whole of stderr is one line: no traceback, no errno text, no shutdown lines before it."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        other = "grpc" if receiver == "http" else "http"
+        listen = {"receiver.http": '""', "receiver.grpc": '""', "metrics.listen": '"127.0.0.1:0"'}
+        listen[setting] = f'"127.0.0.1:{port}"'
         config = tmp_path / "c.toml"
-        config.write_text(f'[receiver]\n{receiver} = "127.0.0.1:{port}"\n{other} = ""\n[metrics]\nlisten = "127.0.0.1:0"\n')
+        config.write_text(
+            f'[receiver]\nhttp = {listen["receiver.http"]}\ngrpc = {listen["receiver.grpc"]}\n'
+            f'[metrics]\nlisten = {listen["metrics.listen"]}\n'
+        )
         result = subprocess.run([sys.executable, "-m", "ragmon", "run", "--config", str(config)], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("ragmon run: error:")
+    assert result.stderr == f"ragmon run: error: {setting} 127.0.0.1:{port} is in use\n"
+
+
+def test_run_on_an_address_not_of_this_machine_names_it(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[receiver]\nhttp = ""\ngrpc = ""\n[metrics]\nlisten = "192.0.2.1:9464"\n')  # TEST-NET-1
+    result = subprocess.run([sys.executable, "-m", "ragmon", "run", "--config", str(config)], capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stderr) == (2, "ragmon run: error: metrics.listen 192.0.2.1:9464 is not an address of this machine\n")
 
 
 def test_one_start_up_line_says_what_listens_and_what_is_off(tmp_path: Path) -> None:
@@ -172,7 +186,8 @@ def test_one_start_up_line_says_what_listens_and_what_is_off(tmp_path: Path) -> 
         f"OTLP/HTTP on 127.0.0.1:{ragmon.ports['OTLP/HTTP']}",
         "OTLP/gRPC off",
         "ingest token required, metrics token off",
-        "judge lexical (judge.enabled = false)",
+        f"decoder {DECODER}, pipeline {pipeline()}",
+        "judge lexical (judge.enabled = false): faithfulness estimated on a 10% sample of requests (judge.sample_rate 0.1) and every probe's",
         "no golden set",
         "no probes",
         facts.split("; ")[-2],

@@ -188,21 +188,27 @@ def test_without_an_llm_judge_no_score_is_invented_and_the_status_page_says_why(
     assert "answer_relevance, context_relevance, answer_correctness, coherence, toxicity" in page
 
 
+LEXICAL_SAMPLE = 'faithfulness (judge="lexical") is an estimate on a 10% sample of requests (judge.sample_rate 0.1) and every probe\'s: 0 estimated so far.'
+LLM_SAMPLE = 'judged scores (judge="llm") read a 10% sample of requests (judge.sample_rate 0.1) and every probe\'s.'
+
+
 @pytest.mark.parametrize(
     ("config", "environ", "notes"),
     [
-        (JudgeConfig(), {"OPENAI_API_KEY": "k"}, []),
+        (JudgeConfig(), {"OPENAI_API_KEY": "k"}, [LLM_SAMPLE]),
         (JudgeConfig(), {}, [
             (
                 "answer_relevance, context_relevance, answer_correctness, coherence, toxicity: need an LLM judge "
                 '([judge] base_url or OPENAI_API_KEY); faithfulness is the offline lexical estimate (judge="lexical").'
-            )
+            ),
+            LEXICAL_SAMPLE,
         ]),
         (JudgeConfig(api_key_env="JUDGE_KEY", evaluators=("faithfulness", "toxicity")), {}, [
             (
                 'toxicity: need an LLM judge ([judge] base_url or JUDGE_KEY); faithfulness is the offline lexical '
                 'estimate (judge="lexical").'
-            )
+            ),
+            LEXICAL_SAMPLE,
         ]),
         (JudgeConfig(enabled=False, send_documents=False), {"OPENAI_API_KEY": "k"}, [
             (
@@ -210,9 +216,10 @@ def test_without_an_llm_judge_no_score_is_invented_and_the_status_page_says_why(
                 "(judge.enabled = false)."
             )
         ]),
-        (JudgeConfig(evaluators=("faithfulness",)), {}, []),
+        (JudgeConfig(evaluators=("faithfulness",)), {}, [LEXICAL_SAMPLE]),
+        (JudgeConfig(evaluators=("faithfulness",), sample_rate=0.25), {}, [LEXICAL_SAMPLE.replace("10%", "25%").replace("0.1)", "0.25)")]),
         (JudgeConfig(send_documents=False), {"OPENAI_API_KEY": "k"}, [
-            "faithfulness, context_relevance: off, judge.send_documents = false."
+            LLM_SAMPLE, "faithfulness, context_relevance: off, judge.send_documents = false."
         ]),
     ],
 )

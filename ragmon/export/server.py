@@ -42,6 +42,7 @@ from ragmon.config import MetricsConfig
 from ragmon.export.status import CSP
 from ragmon.net.auth import bearer_token_matches
 from ragmon.net.listeners import ByteBudget
+from ragmon.net.routes import Hint, local_base
 
 __all__ = [
     "CUT",
@@ -276,6 +277,30 @@ def bearer_guard(token: str, paths: Collection[str] = GUARDED_PATHS) -> Middlewa
         return await handler(request)
 
     return guard
+
+
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+def misrouted(otlp: Callable[[], tuple[str, int] | None]) -> Hint:
+    """The metrics port's answer to a path or method it does not serve (``net.routes.Unrouted``):
+    OTLP sent here is pointed at the receiver, ``otlp()`` (its listen host and bound port; None
+    when it is off)."""
+
+    def hint(request: web.Request, status: int) -> str:
+        base = local_base(request)
+        if request.path.startswith("/v1/"):
+            receiver = otlp()
+            if receiver is None:
+                return "this is ragmon's metrics port, and its OTLP/HTTP receiver is off (receiver.http)"
+            host, port = receiver
+            where = local_base(request, port) if host in WILDCARDS else f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            return f"this is ragmon's metrics port: send OTLP/HTTP traces to {where}{request.path if request.path in ('/v1/traces', '/v1/feedback') else '/v1/traces'}"
+        if status == 405:
+            return f"{request.method} is not served here: GET {base}/metrics, /healthz, /readyz or / (the status page)"
+        return f"no such path: this port serves {base}/metrics, /healthz, /readyz and / (the status page)"
+
+    return hint
 
 
 def metrics_app(

@@ -119,27 +119,43 @@ class JudgeStage(Worker):
     def describe(self) -> str:
         """The judge's mode and why, for the start-up log line."""
         if self.judge is not None:
-            return f"llm (model {self._config.model}, sample rate {self._config.sample_rate:g})"
+            return (f"llm (model {self._config.model}, on a {self._config.sample_rate:.0%} sample of requests: "
+                    f"judge.sample_rate {self._config.sample_rate:g})")
+        estimate = self._estimate_line()
         if self._config.enabled is False:
-            return "lexical (judge.enabled = false)"
-        return f"lexical (no endpoint: set [judge] base_url or {self._config.api_key_env})"
+            return f"lexical (judge.enabled = false): {estimate}"
+        return f"lexical (no endpoint: set [judge] base_url or {self._config.api_key_env}): {estimate}"
+
+    def _estimate_line(self) -> str:
+        """Which requests the lexical estimate reads: a sample, at ``judge.sample_rate``."""
+        if not self._config.send_documents:
+            return "no lexical estimate (judge.send_documents = false)"
+        return (f"faithfulness estimated on a {self._config.sample_rate:.0%} sample of requests "
+                f"(judge.sample_rate {self._config.sample_rate:g}) and every probe's")
 
     def notes(self) -> list[str]:
-        """Why configured generation scores are absent, for the status page (empty when none is)."""
+        """For the status page: which share of requests the judged scores read, and why configured
+        generation scores are absent."""
+        cfg = self._config
+        rate = f"a {cfg.sample_rate:.0%} sample of requests (judge.sample_rate {cfg.sample_rate:g}) and every probe's"
         if self.judge is not None:
-            if self._config.send_documents:
-                return []
-            off = [e for e in ("faithfulness", "context_relevance") if e in self._config.evaluators]
-            return [f"{', '.join(off)}: off, judge.send_documents = false."] if off else []
-        lexical = [e for e in EVALUATORS if e in self._config.evaluators and e != "faithfulness"]
-        if not lexical:
-            return []
-        why = (
-            "the judge is off (judge.enabled = false)" if self._config.enabled is False
-            else f"need an LLM judge ([judge] base_url or {self._config.api_key_env})"
-        )
-        estimate = "; faithfulness is the offline lexical estimate (judge=\"lexical\")" if self._config.send_documents else ""
-        return [f"{', '.join(lexical)}: {why}{estimate}."]
+            out = [f'judged scores (judge="llm") read {rate}.']
+            off = [e for e in ("faithfulness", "context_relevance") if e in cfg.evaluators]
+            if off and not cfg.send_documents:
+                out.append(f"{', '.join(off)}: off, judge.send_documents = false.")
+            return out
+        out = []
+        lexical = [e for e in EVALUATORS if e in cfg.evaluators and e != "faithfulness"]
+        if lexical:
+            why = (
+                "the judge is off (judge.enabled = false)" if cfg.enabled is False
+                else f"need an LLM judge ([judge] base_url or {cfg.api_key_env})"
+            )
+            estimate = "; faithfulness is the offline lexical estimate (judge=\"lexical\")" if cfg.send_documents else ""
+            out.append(f"{', '.join(lexical)}: {why}{estimate}.")
+        if cfg.send_documents:
+            out.append(f'faithfulness (judge="lexical") is an estimate on {rate}: {self._lexical} estimated so far.')
+        return out
 
     async def start(self) -> None:
         """Start the judge's workers and the sender."""

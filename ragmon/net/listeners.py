@@ -18,7 +18,9 @@ with the peer address, never a traceback; errors of ragmon's own still log a tra
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
@@ -30,10 +32,14 @@ from aiohttp.http import HttpProcessingError
 from prometheus_client.core import Metric
 
 from ragmon.config import ReceiverConfig
+from ragmon.errors import ListenError
 from ragmon import catalogue as cat
 from ragmon.net.ratelog import RateLimitedLog, format_peer
 
-__all__ = ["BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS", "Reservation", "SLOW_SENDER_SECONDS"]
+__all__ = [
+    "BACKLOG", "ByteBudget", "Listener", "ListenerLimits", "ListenerStats", "CLOSE_REASONS", "Reservation", "SLOW_SENDER_SECONDS",
+    "check_free", "listen_error",
+]
 
 BACKLOG = 512
 """Listen backlog: also the most connections one accept burst opens before any is closed."""
@@ -437,3 +443,32 @@ class Listener:
                     self._idle[guard] = None
 
         return busy
+
+
+def listen_error(setting: str, host: str, port: int, error: OSError) -> ListenError:
+    """One line naming ``setting``, the address and why it cannot be listened on."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    why = {
+        errno.EADDRINUSE: "is in use",
+        errno.EACCES: "is not allowed (ports below 1024 need privileges)",
+        errno.EADDRNOTAVAIL: "is not an address of this machine",
+    }.get(error.errno or 0, f"cannot be listened on: {error.strerror or error}")
+    return ListenError(f"{setting} {address} {why}")
+
+
+def check_free(setting: str, host: str, port: int) -> None:
+    """``ListenError`` when ``host:port`` cannot be listened on now (bound and let go at once, as
+    a listener binds: address reuse on, so a closed connection's TIME_WAIT does not count)."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenError(f"{setting} {host}:{port}: no such host ({exc.strerror})") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise listen_error(setting, host, port, exc) from None

@@ -54,9 +54,10 @@ from ragmon.net.listeners import (
     ListenerStats,
 )
 from ragmon.net.ratelog import RateLimitedLog, format_peer
+from ragmon.net.routes import local_base
 from ragmon.receivers.weight import json_tree_bytes
 
-__all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "SHUTDOWN_TIMEOUT", "HttpReceiver", "start"]
+__all__ = ["PROTOCOL", "RETRY_AFTER_SECONDS", "SHUTDOWN_TIMEOUT", "HttpReceiver", "misrouted", "start"]
 
 PROTOCOL = "http"
 PROTOBUF = "application/x-protobuf"
@@ -342,6 +343,14 @@ class HttpReceiver:
     def _busy(self, request: web.Request, reply_type: str) -> web.Response:
         return self._reject(request, reply_type, 503, _GRPC_UNAVAILABLE, "inflight_bytes",
                             "too many request bytes in flight; retry later", _RETRY)
+
+
+def misrouted(request: web.Request, status: int) -> str:
+    """The receiver's answer to a path or method it does not serve (``net.routes.Unrouted``)."""
+    base = local_base(request)
+    if status == 405:
+        return f"{request.method} is not served here: POST OTLP/HTTP traces (protobuf or JSON) to {base}/v1/traces"
+    return f"no such path: send OTLP/HTTP traces to {base}/v1/traces (user feedback: {base}/v1/feedback)"
 
 
 async def start(

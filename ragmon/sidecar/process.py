@@ -60,7 +60,7 @@ async def _run(config: Config, files: str = "") -> int:
     try:
         await sidecar.start()
     except BaseException:
-        await sidecar.stop()
+        await sidecar.stop(quiet=True)
         raise
     log.info("ragmon %s running: %s", __version__, "; ".join([*sidecar.summary, *([files] if files else [])]))
     worker = sidecar.worker

@@ -38,8 +38,11 @@ from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.pipeline.queue import Pipeline
 from ragmon.receivers import otlp_grpc, otlp_http
 from ragmon.receivers.ingest import IngestGate, IngestStats, ReceiverSettings
-from ragmon.net.listeners import ByteBudget, Listener, ListenerLimits, ListenerStats
+from ragmon.net.listeners import ByteBudget, Listener, ListenerLimits, ListenerStats, check_free, listen_error
 from ragmon.net.ratelog import RateLimitedLog
+from ragmon.net.routes import Unrouted
+from ragmon.otlp.decode import DECODER
+from ragmon.compiled import pipeline
 from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import RecordScorer
 from ragmon.sidecar.openfiles import connection_caps, open_files_limit
@@ -174,6 +177,8 @@ class Sidecar:
         if self.probes.probers:
             self.registry.register(StatsCollector(self.probes.collect))
         self.registry.register(StatsCollector(self.feedback.collect))
+        self.unrouted = Unrouted(log, clock=self.clock)
+        """Requests to a path or with a method no listener serves (counted, answered with the URL to use)."""
         self.scrapes = server.ScrapeStats(ByteBudget(cfg.metrics.max_inflight_bytes))
         """/metrics answers being written (their byte budget) and dropped."""
         self._workers = contextlib.AsyncExitStack()
@@ -225,19 +230,37 @@ class Sidecar:
         after the drain, a completed ``/metrics`` scrape ends the linger."""
         cfg = self.config
         app.middlewares.append(self._life.final_scrape_middleware())
+        app.middlewares.append(self.unrouted.middleware("metrics", server.misrouted(self._otlp_address)))
         limits = ListenerLimits.from_config(cfg.receiver, self._life.caps[1])
         listener = Listener("metrics", app, limits, self._life.listeners, self._life.log, shutdown_timeout=CLOSE_TIMEOUT)
-        port = await listener.start(*address)
+        try:
+            port = await listener.start(*address)
+        except OSError as exc:
+            raise listen_error("metrics.listen", *address, exc) from None
         self._life.metrics = listener
         return port
+
+    def _otlp_address(self) -> tuple[str, int] | None:
+        """The OTLP/HTTP receiver's listen host and bound port; None while it is off."""
+        address = parse_listen(self.config.receiver.http)
+        return None if address is None or self.ports.http is None else (address[0], self.ports.http)
 
     async def start(self) -> None:
         """Start the worker, the receivers and the metrics server; log what was bound."""
         cfg = self.config
         life = self._life
+        addresses = {
+            "metrics.listen": parse_listen(cfg.metrics.listen),
+            "receiver.http": parse_listen(cfg.receiver.http),
+            "receiver.grpc": parse_listen(cfg.receiver.grpc),
+        }
+        for setting, address in addresses.items():  # before any worker runs: a busy port is one line, nothing to stop
+            if address is not None:
+                check_free(setting, *address)
         life.caps = connection_caps(cfg, open_files_limit())
         self.registry.register(StatsCollector(life.listeners.collect))
         self.registry.register(StatsCollector(self.scrapes.collect))
+        self.registry.register(StatsCollector(self.unrouted.collect))
         await self._workers.enter_async_context(self.judge)
         await self._workers.enter_async_context(self.pipeline)
         summary = self.summary
@@ -254,10 +277,14 @@ class Sidecar:
         budget = ByteBudget(cfg.receiver.max_inflight_bytes, self.clock)  # shared: bytes held, whatever the protocol
         http_address = parse_listen(cfg.receiver.http)
         if http_address is not None:
-            life.http = await otlp_http.start(
-                *http_address, self.receiver_settings, self.pipeline, self.ingest,
-                limits=limits, listeners=life.listeners, log=life.log, gate=gate, budget=budget,
-            )
+            otlp_app = web.Application(middlewares=[self.unrouted.middleware("otlp_http", otlp_http.misrouted)])
+            try:
+                life.http = await otlp_http.start(
+                    *http_address, self.receiver_settings, self.pipeline, self.ingest, otlp_app,
+                    limits=limits, listeners=life.listeners, log=life.log, gate=gate, budget=budget,
+                )
+            except OSError as exc:
+                raise listen_error("receiver.http", *http_address, exc) from None
             life.http.feedback = self.feedback
             self.ports.http = life.http.port
             summary.append(f"OTLP/HTTP on {http_address[0]}:{life.http.port}")
@@ -265,16 +292,21 @@ class Sidecar:
             summary.append("OTLP/HTTP off")
         grpc_address = parse_listen(cfg.receiver.grpc)
         if grpc_address is not None:
-            life.grpc, port = await otlp_grpc.start(
-                *grpc_address, self.receiver_settings, self.pipeline, self.ingest, limits=limits, log=life.log, gate=gate,
-                budget=budget,
-            )
+            try:
+                life.grpc, port = await otlp_grpc.start(
+                    *grpc_address, self.receiver_settings, self.pipeline, self.ingest, limits=limits, log=life.log, gate=gate,
+                    budget=budget,
+                )
+            except OSError as exc:  # grpcio says only that the bind failed: ask the address why
+                check_free("receiver.grpc", *grpc_address)
+                raise listen_error("receiver.grpc", *grpc_address, exc) from None
             self.ports.grpc = port
             summary.append(f"OTLP/gRPC on {grpc_address[0]}:{port}")
         else:
             summary.append("OTLP/gRPC off")
         summary.append(f"ingest token {'required' if cfg.receiver.token else 'off'}, "
                        f"metrics token {'required' if cfg.metrics.token else 'off'}")
+        summary.append(f"decoder {DECODER}, pipeline {pipeline()}")
         summary.append(f"judge {self.judge.describe()}")
         summary.append(f"golden set {cfg.scoring.golden} ({len(self._golden.by_text)} queries)" if self._golden is not None
                        else "no golden set")
@@ -300,7 +332,7 @@ class Sidecar:
             life.http = None
         await asyncio.gather(*closing)
 
-    async def drain(self, timeout: float = DRAIN_TIMEOUT) -> None:
+    async def drain(self, timeout: float = DRAIN_TIMEOUT, *, quiet: bool = False) -> None:
         """Let the worker score every trace held (at most ``timeout`` seconds, logged if cut),
         then wait briefly for judgements in flight."""
         started = time.monotonic()
@@ -309,8 +341,9 @@ class Sidecar:
         self.judge.stop_timeout = min(JUDGE_WAIT, timeout)  # "waits briefly for in-flight judgements"
         await self._workers.aclose()  # the pipeline first, then the judge and its sender
         self._life.drained.set()
-        log.info("shutdown: drained in %.1fs (%d trace(s) were held; %d scored)",
-                 time.monotonic() - started, pending, self.pipeline.stats().records - scored)
+        if not quiet:
+            log.info("shutdown: drained in %.1fs (%d trace(s) were held; %d scored)",
+                     time.monotonic() - started, pending, self.pipeline.stats().records - scored)
 
     async def linger(self, seconds: float, cut: asyncio.Event | None = None) -> bool:
         """After ``drain``: keep serving ``/metrics`` until one scrape has read the final values
@@ -332,10 +365,11 @@ class Sidecar:
             await self._life.metrics.close()
             self._life.metrics = None
 
-    async def stop(self, timeout: float = 30.0) -> None:
+    async def stop(self, timeout: float = 30.0, *, quiet: bool = False) -> None:
         """Stop probing and accepting, let the worker score every trace held, then close the
-        metrics server (no linger: ``ragmon run`` adds it)."""
+        metrics server (no linger: ``ragmon run`` adds it). ``quiet``: no drain line (a start
+        that failed has nothing to report)."""
         await self.stop_ingest(min(SHUTDOWN_GRACE, timeout))
-        await self.drain(timeout)
+        await self.drain(timeout, quiet=quiet)
         await self.close()
 
