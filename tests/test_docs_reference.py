@@ -99,12 +99,17 @@ def test_the_command_line_page_gives_every_command_and_flag() -> None:
     subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     flags = 0
     for name, sub in subparsers.choices.items():  # type: ignore[attr-defined]
-        assert f"\nragmon {name} " in rendered or f"\nragmon {name}\n" in rendered, name
+        reference = hooks.cli_reference(name)
+        assert reference in rendered, name
+        assert reference.startswith(f"```\nragmon {name}"), name
+        first_cells = re.findall(r"^\| ([^|]*) \|", reference, re.MULTILINE)
         for action in sub._actions:
             for option in action.option_strings:
                 if option not in ("-h", "--help"):
-                    assert f"`{option}`" in rendered, (name, option)
+                    assert any(f"`{option}`" in cell for cell in first_cells), (name, option)
                     flags += 1
+            if not action.option_strings:
+                assert f"`{action.metavar or action.dest}`" in first_cells, (name, action.dest)
     assert flags >= 30
 
 
