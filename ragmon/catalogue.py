@@ -1,7 +1,7 @@
 """Every metric family ragmon exports, in one place: name, type, help, labels, buckets.
 
 The exporter, each stage (receivers, assembly, judge, prober), the alert rules, the dashboard
-and the README's metric tables take their names from here or are checked against it
+and the documentation's metric tables take their names from here or are checked against it
 (tests/test_catalogue.py), so a renamed metric cannot drift. A ``Family`` is named as
 prometheus_client names it: a counter without its ``_total`` suffix. Families are listed in
 the order of the exposition; ``CATALOGUE`` holds them all.

@@ -365,7 +365,7 @@ class TracesConfig(_Section):
     max_bytes: int = _count(128 * 1024 * 1024)
     """Approximate bytes of span data held across pending traces; likewise (128 MiB: with the
     queue's and the feedback store's bounds, a sidecar under sustained full load holds about
-    245-270 MB, README Benchmarks)."""
+    245-270 MB, docs/explanation/benchmarks.md)."""
 
 
 _WINDOWS = ("5m", "1h")

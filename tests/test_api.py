@@ -108,12 +108,18 @@ def test_bad_input_is_an_error_not_a_result(tmp_path: Path) -> None:
         evaluate()
 
 
-def test_readme_pytest_example_runs_as_written(tmp_path: Path) -> None:
-    """The README's pytest example, extracted and run by pytest in a scratch project."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+PYTEST_EXAMPLE_PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "ci-gate.md"
+
+
+def test_docs_pytest_example_runs_as_written(tmp_path: Path) -> None:
+    """The pytest example of the CI-gate guide, extracted and run by pytest in a scratch project
+    (tests/test_docs.py counts the block as run here)."""
+    page = PYTEST_EXAMPLE_PAGE.read_text(encoding="utf-8")
     marker = "<!-- ragmon-pytest-example -->"
-    assert marker in readme, "the README's pytest example is marked for this test"
-    block = readme.split(marker, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert page.count(marker) == 1, "the guide's pytest example is marked for this test"
+    after = page.split(marker, 1)[1]
+    assert after.startswith("\n```python\n"), "the marker is right before the example"
+    block = after.split("```python\n", 1)[1].split("```", 1)[0]
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_rag_quality.py").write_text(block, encoding="utf-8")
     write_jsonl(tmp_path / "tests" / "golden.jsonl", ROWS[:2])

@@ -1,12 +1,15 @@
-"""The metric catalogue (ragmon/export/catalogue.py) is the one list of families: the exposition
-(golden file), the alert rules, the dashboard and the README name only what it holds, with the
-labels it gives them."""
+"""The metric catalogue (ragmon/catalogue.py) is the one list of families: the exposition
+(golden file), the alert rules, the dashboard and the documentation name only what it holds, with
+the labels it gives them. The metrics reference's table is generated from it
+(``tools/docs_hooks.py``); the prose of the README and the docs is checked against it."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,7 +21,12 @@ from ragmon.ops.rules import Thresholds, rule_groups
 
 ROOT = Path(__file__).parent.parent
 GOLDEN = Path(__file__).parent / "data" / "metric_families.txt"
-README = (ROOT / "README.md").read_text()
+MUTANTS = re.compile(r"^```mutants\n.*?^```$", re.MULTILINE | re.DOTALL)
+"""docs/explanation/reliability.md's list of surviving mutants quotes source lines, not metric names."""
+PAGES = {path.relative_to(ROOT).as_posix(): MUTANTS.sub("", path.read_text(encoding="utf-8"))
+         for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]}
+"""The hand-written pages: the README and every page of the documentation site."""
+METRICS_PAGE = "docs/reference/metrics.md"
 NOT_IN_GOLDEN = {
     "ragmon_connections_open", "ragmon_connections_refused", "ragmon_connections_closed",  # listeners, not the registry alone
     "ragmon_scrapes_dropped", "ragmon_scrape_bytes", "ragmon_http_requests_unrouted",  # the metrics server and receivers
@@ -152,36 +160,96 @@ def test_the_checks_see_a_wrong_name_or_label() -> None:
     assert _check(['histogram_quantile(0.9, sum by (le, instance) (rate(ragmon_request_duration_seconds_bucket[5m])))'])
 
 
-# -- the README -------------------------------------------------------------------------------------
+# -- the documentation ------------------------------------------------------------------------------
 
 
-def _readme_tables() -> Iterator[tuple[list[str], str | None, list[str]]]:
-    """(names, type or None, label names) of each row of the README's metric tables."""
-    for line in README.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if not line.startswith("| `ragmon_") or not (2 <= len(cells) <= 4):
+def _hooks() -> ModuleType:
+    """``tools/docs_hooks.py``, the MkDocs hook that generates the reference tables."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _table_rows(text: str) -> Iterator[tuple[list[str], str | None, list[str]]]:
+    """(names, type or None, label names) of each row of the metric tables in ``text``: tables
+    headed ``| metric | type | labels | … |`` (labels ``—``: none) or ``| metric | labels |``."""
+    header: list[str] = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|"):
+            header = []
+            continue
+        if not header:
+            header = cells
+            continue
+        if header[:3] not in (["metric", "type", "labels"], ["metric", "labels"]) or not line.startswith("| `ragmon_"):
             continue
         names = re.findall(r"`(ragmon_\w+)`", cells[0])
-        kind = cells[1] if len(cells) == 4 else None
-        labels = re.sub(r"\([^)]*\)", "", cells[-2 if len(cells) == 4 else 1].split(" — ")[0])
-        yield names, kind, [label.strip() for label in labels.split(",") if label.strip()]
+        kind = cells[1] if header[1] == "type" else None
+        labels = re.sub(r"\([^)]*\)", "", cells[2 if kind else 1].split(" — ")[0])
+        yield names, kind, [label.strip() for label in labels.split(",") if label.strip() not in ("", "—")]
 
 
-def test_the_readme_documents_every_family_and_names_only_catalogue_series() -> None:
-    mentioned = set(re.findall(r"\bragmon_\w+", README))
-    for name in mentioned:
-        assert name in {f.name for f in CATALOGUE} or name in {s for f in CATALOGUE for s in f.samples()}, name
-    undocumented = {_exposed(f) for f in CATALOGUE} - mentioned
-    assert not undocumented, f"add these to README.md's Metrics section: {sorted(undocumented)}"
-
-
-def test_the_readme_tables_and_label_lists_give_the_catalogues_types_and_labels() -> None:
-    rows = list(_readme_tables())
-    assert len(rows) >= 25
+def _check_rows(rows: list[tuple[list[str], str | None, list[str]]]) -> set[str]:
+    """Each row's type and labels are the catalogue's; the names the rows give."""
+    named = set()
     for names, kind, labels in rows:
         for name in names:
             family = by_sample(name) if kind != "histogram" else next(f for f in CATALOGUE if f.name == name)
             assert kind is None or kind == family.kind.value, name
             assert labels == list(family.labels), (name, labels, family.labels)
-    for name, labels in re.findall(r"`(ragmon_\w+)\{([\w,]+)\}`", README):
-        assert labels.split(",") == list(by_sample(name).labels), name
+            named.add(name)
+    return named
+
+
+def test_the_generated_metrics_table_lists_every_family_with_its_type_labels_and_help() -> None:
+    table = _hooks().metrics_table()
+    rows = list(_table_rows(table))
+    assert len(rows) == len(CATALOGUE)
+    assert _check_rows(rows) == {_exposed(f) for f in CATALOGUE}
+    for family in CATALOGUE:
+        assert f"| `{_exposed(family)}` | {family.kind.value} |" in table and family.help in table, family.name
+
+
+def test_the_metrics_page_generates_the_table() -> None:
+    page = PAGES[METRICS_PAGE]
+    assert page.count("<!-- generated: metrics -->") == 1
+    rendered = _hooks().render(page)
+    assert _hooks().metrics_table() in rendered and "<!-- generated" not in rendered
+
+
+def test_the_docs_name_only_catalogue_series_with_their_labels() -> None:
+    """Every ``ragmon_*`` name the README and the docs write by hand is a family or a sample of
+    the catalogue, every ``name{labels}`` gives its labels, and every hand-written table row its
+    type and labels; the metrics page names every family in its prose or its generated table."""
+    known = {f.name for f in CATALOGUE} | {s for f in CATALOGUE for s in f.samples()}
+    mentioned: set[str] = set()
+    for page, text in PAGES.items():
+        names = set(re.findall(r"\bragmon_\w+", text))
+        assert names <= known, (page, sorted(names - known))
+        mentioned |= names
+        for name, labels in re.findall(r"`(ragmon_\w+)\{([\w,]+)\}`", text):
+            assert labels.split(",") == list(_family(name).labels), (page, name)
+        _check_rows(list(_table_rows(text)))
+    assert len(mentioned) >= 60  # the pages were really read
+    rendered = _hooks().render(PAGES[METRICS_PAGE])
+    undocumented = {_exposed(f) for f in CATALOGUE} - set(re.findall(r"\bragmon_\w+", rendered))
+    assert not undocumented, f"{METRICS_PAGE} leaves out: {sorted(undocumented)}"
+
+
+HEAD = "| metric | type | labels | help |\n| --- | --- | --- | --- |\n"
+
+
+def test_the_docs_checks_see_a_wrong_name_label_or_type() -> None:
+    with pytest.raises(AssertionError):
+        _check_rows(list(_table_rows(HEAD + "| `ragmon_traces_total` | gauge | service, variant | x |")))
+    with pytest.raises(AssertionError):
+        _check_rows(list(_table_rows(HEAD + "| `ragmon_traces_total` | counter | service | x |")))
+    with pytest.raises(KeyError):
+        _check_rows(list(_table_rows(HEAD + "| `ragmon_trace_total` | counter | service, variant | x |")))
+    with pytest.raises(AssertionError):
+        _check_rows(list(_table_rows("| metric | labels |\n| --- | --- |\n| `ragmon_retrieval_mrr` | service, variant |")))
+    assert _check_rows(list(_table_rows(HEAD + "| `ragmon_build_info` | gauge | decoder, pipeline, version | x |")))
+    assert not list(_table_rows("| test | what |\n| --- | --- |\n| `ragmon_build_info` | anything |"))

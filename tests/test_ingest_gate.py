@@ -26,7 +26,7 @@ class Sink:
 
 
 def test_the_default_gate_gives_two_turns_and_waits_two_seconds() -> None:
-    """The documented defaults (README: two bodies worked on at once, the others wait up to 2 s)."""
+    """The documented defaults (docs/explanation/sidecar.md: two bodies worked on at once, the others wait up to 2 s)."""
 
     async def run() -> list[bool]:
         gate = IngestGate()

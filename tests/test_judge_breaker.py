@@ -16,7 +16,7 @@ def _state(breaker: CircuitBreaker) -> BreakerState:
     return breaker.state
 
 
-# -- README defaults: 5 in a row, half of >= 10 in a minute, 5 s cool-down doubling up to 5 min ---
+# -- documented defaults (docs/explanation/judge.md): 5 in a row, half of >= 10 in a minute, 5 s cool-down doubling up to 5 min ---
 
 
 def test_default_cooldown_is_5_s_and_doubles_up_to_5_min() -> None:
@@ -63,7 +63,7 @@ def test_the_failure_share_counts_the_same_calls_as_the_call_count(failure_ratio
 
 
 def test_exactly_half_of_the_calls_failing_opens() -> None:
-    """README: "at least half of 10 or more calls in a minute"."""
+    """docs/explanation/judge.md: "at least half of 10 or more calls in a minute"."""
     b = CircuitBreaker(failure_threshold=100)
     for i in range(10):  # success, failure, ...: the 10th call is the 5th failure
         (b.success if i % 2 == 0 else b.failure)(float(i))
@@ -95,7 +95,7 @@ def test_refusing_ends_exactly_when_the_cooldown_does() -> None:
 
 
 def test_a_lost_trial_is_given_up_after_2_min_by_default() -> None:
-    """The README's default: a trial that never reports back blocks other trials for 2 min."""
+    """The documented default: a trial that never reports back blocks other trials for 2 min."""
     b = CircuitBreaker(failure_threshold=1, cooldown=5.0)
     b.failure(0.0)
     assert b.allow(5.0)  # the trial, never reported

@@ -1,12 +1,13 @@
 """The package's shape: layers that only point down, no import cycle anywhere, few top-level
-modules, the README's layout true.
+modules, the documented layout true.
 
 Imports are read from the source (every ``import`` statement, also inside functions and under
 ``TYPE_CHECKING``), so an import hidden behind a late import counts as one.
 
 ``FLOORS`` is the layer order, written once: a unit (a folder of ``ragmon/`` or a top-level
 module) may import its own modules and those of units on lower floors, never a unit on its
-own floor or above. The README's "Layout" section lists the same floors (checked here).
+own floor or above. The "Layout" section of docs/explanation/design.md lists the same floors
+(checked here).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("cli.py",),
     ("__main__.py",),
 )
-"""Floor 1 first. A unit is named as in the README: ``folder/`` or ``module.py``."""
+"""Floor 1 first. A unit is named as in the documented layout: ``folder/`` or ``module.py``."""
 MAX_TOP_LEVEL_MODULES = 10  # numbers.py: the one check numbers from outside pass, below every stage; compiled.py (what mypyc builds) is read by setup.py alone, so it stays on its own
 
 
@@ -204,17 +205,22 @@ def test_the_cycle_check_finds_a_cycle(tmp_path: Path) -> None:
     assert graph["ragmon.d"] == {"ragmon.a"}
 
 
+LAYOUT_PAGE = ROOT / "docs" / "explanation" / "design.md"
+"""The page whose "Layout" section lists the floors."""
+
+
 def _layout_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    page = LAYOUT_PAGE.read_text()
+    assert page.count("\n## Layout\n") == 1, f"{LAYOUT_PAGE} has one Layout section"
+    return page.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
 
 
 def _layout_entries() -> Iterator[str]:
     yield from re.findall(r"^(ragmon/[\w/]*\.?\w*)", _layout_section(), re.MULTILINE)
 
 
-def readme_floors(section: str) -> list[tuple[str, ...]]:
-    """The units the README's layout lists under each ``floor N`` line, in order."""
+def documented_floors(section: str) -> list[tuple[str, ...]]:
+    """The units the documented layout lists under each ``floor N`` line, in order."""
     floors: list[list[str]] = []
     for line in section.splitlines():
         if re.match(r"^floor \d+\b", line):
@@ -225,11 +231,11 @@ def readme_floors(section: str) -> list[tuple[str, ...]]:
     return [tuple(units) for units in floors]
 
 
-def test_the_readme_layout_lists_the_floors() -> None:
-    assert readme_floors(_layout_section()) == [tuple(units) for units in FLOORS]
+def test_the_documented_layout_lists_the_floors() -> None:
+    assert documented_floors(_layout_section()) == [tuple(units) for units in FLOORS]
 
 
-def test_few_top_level_modules_and_the_readme_layout_names_every_folder() -> None:
+def test_few_top_level_modules_and_the_documented_layout_names_every_folder() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
     folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())

@@ -1,4 +1,4 @@
-"""The shape of /metrics is a promise (README "Metrics"): dashboards and alert rules depend on
+"""The shape of /metrics is a promise (docs/reference/metrics.md): dashboards and alert rules depend on
 every family's name, HELP text, TYPE, label names, the values of its enumerated labels and its
 histogram buckets. One golden file pins them, from the sidecar's own registry with one record
 of each kind observed, so that every family has samples.

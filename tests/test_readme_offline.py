@@ -1,6 +1,7 @@
-"""The README's offline examples run as written: the ``ragmon eval`` commands of its Ragas /
-DeepEval and judge-agreement sections, against the scripted judge server (``OPENAI_BASE_URL``),
-in a scratch copy of ``examples/``."""
+"""The documentation's offline examples run as written: the ``ragmon eval`` commands of its Ragas /
+DeepEval and judge-agreement sections (each block marked ``<!-- ragmon-offline-examples -->`` in
+the README or a page of ``docs/``), against the scripted judge server (``OPENAI_BASE_URL``), in a
+scratch copy of ``examples/``. (tests/test_docs.py counts these blocks as run here.)"""
 
 from __future__ import annotations
 
@@ -18,17 +19,30 @@ from judge_server import judge_server_thread
 pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+MARKER = "<!-- ragmon-offline-examples -->"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def blocks() -> list[str]:
+    """Each ``sh`` block right after the marker, in the README and the docs."""
+    found = []
+    for page in PAGES:
+        for after in page.read_text(encoding="utf-8").split(MARKER)[1:]:
+            assert after.startswith("\n```sh\n"), f"{page}: {MARKER} is right before a sh block"
+            found.append(after.split("```sh\n", 1)[1].split("```", 1)[0])
+    return found
 
 
 def commands() -> list[str]:
-    """The ``ragmon`` lines of the README's marked offline block and of its agreement section."""
-    block = README.split("<!-- ragmon-offline-examples -->", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
-    human = README.split("### How far to trust the judge", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
-    return [line for line in (block + human).splitlines() if line.startswith("ragmon ")]
+    """The ``ragmon`` lines of the marked offline blocks (the Ragas / DeepEval ones and the
+    judge-agreement one)."""
+    return [line for line in "".join(blocks()).splitlines() if line.startswith("ragmon ")]
 
 
-def test_the_readme_has_the_examples() -> None:
+def test_the_docs_have_the_examples() -> None:
+    assert len(blocks()) == 2
+    for block in blocks():  # every line runs here: a line of another kind would go untested
+        assert all(line.startswith("ragmon ") for line in block.splitlines() if line.strip()), block
     listed = commands()
     assert len(listed) == 4, listed
     assert any("ragas.jsonl" in c for c in listed) and any("deepeval.json" in c for c in listed)

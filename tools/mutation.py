@@ -16,7 +16,7 @@ part of CI.
 
 Then every surviving mutant (and every timeout, and every mutant no fast test reaches) is
 printed as its changed lines and checked against the list of mutants shown to be equivalent in
-docs/reliability.md (the fenced block tagged ``mutants``: one ``path | original | mutated |
+docs/explanation/reliability.md (the fenced block tagged ``mutants``: one ``path | original | mutated |
 why`` line each, the original and mutated lines as mutmut prints them, stripped, in backticks
 when they hold `` | `` themselves). The script
 exits 1 when a survivor is neither killed nor listed: write a test that kills it, or argue in
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "reliability.md"
+DOC = ROOT / "docs" / "explanation" / "reliability.md"
 BLOCK = re.compile(r"```mutants\n(.*?)```", re.S)
 QUOTED = re.compile(r"^(\S+) \| `(.*)` \| `(.*)` \| (.*)$")  # code that itself holds " | "
 BUDGET_VARIABLE = "RAGMON_MUTATION_MAX_TEST_SECONDS"

@@ -120,7 +120,7 @@ def tune_malloc() -> str:
     short-lived, and some are made in worker threads: with glibc's defaults each thread gets
     an arena of its own (up to 8 a core) and, once a large block has been freed, the threshold
     for mapping large blocks rises up to 32 MiB, so later ones come from the arenas and their
-    freed pages stay in the process (peak RSS after a burst stayed high: docs/reliability.md).
+    freed pages stay in the process (peak RSS after a burst stayed high: docs/explanation/reliability.md).
     Fixed: ``MALLOC_ARENAS`` arenas, blocks from ``MALLOC_MMAP_THRESHOLD`` mapped (and unmapped
     when freed), free memory past ``MALLOC_TRIM_THRESHOLD`` at the top of the heap returned.
     The environment's ``MALLOC_*_`` variables win. Says what it did, for the start-up line."""
