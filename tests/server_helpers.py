@@ -50,14 +50,14 @@ def loop_thread() -> Iterator[LoopThread]:
 
 @contextmanager
 def sidecar_thread(
-    config: Config, clock: Callable[[], float], environ: Mapping[str, str] | None = None,
+    config: Config, clock: Callable[[], float], environ: Mapping[str, str] | None = None, **options: Any,
 ) -> Iterator[tuple[Sidecar, LoopThread]]:
     """A started ``Sidecar`` on its own event loop thread (no judge endpoint from the
-    environment unless ``environ`` gives one); stopped on exit."""
+    environment unless ``environ`` gives one; ``options``: more of its fields); stopped on exit."""
     loop = LoopThread()
 
     async def start() -> Sidecar:
-        started = Sidecar(config, clock=clock, environ=dict(environ or {}))
+        started = Sidecar(config, clock=clock, environ=dict(environ or {}), **options)
         await started.start()
         return started
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from server_helpers import LoopThread
+from server_helpers import LoopThread, call_soon
 from test_sidecar import FakeClock
-from test_status_page import HOSTILE, fed, get_page
+from test_status_page import HOSTILE, fed  # noqa: F401  (fed: the fixture)
 
 from ragmon.sidecar.wiring import Sidecar
 
@@ -41,18 +41,19 @@ def run_chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]
 def test_the_status_page_renders_in_chromium(
     fed: tuple[Sidecar, FakeClock, LoopThread, list[str]], tmp_path: Path,
 ) -> None:
-    car, clock, _, trace_ids = fed
+    car, clock, loop, trace_ids = fed
     url = f"http://127.0.0.1:{car.ports.metrics}/"
-    for _ in range(3):  # history for the sparklines
-        get_page(car.ports.metrics or 0)
+    for _ in range(3):  # history for the sparklines (the sidecar's timer, stepped here)
+        call_soon(loop, car.board.sample_history)
         clock.now += 10.0
 
     dom = run_chromium(tmp_path, "--dump-dom", url).stdout
-    for heading in ("Rolling values", "Receivers", "Conventions detected", "Not measured", "Judge", "Probes", "Worst recent requests"):
+    for heading in ("Rolling values", "Alerts that hold now", "Receivers", "Conventions detected", "Not measured", "Judge", "Probes", "Worst recent requests"):
         assert f"<h2>{heading}</h2>" in dom
     assert "&lt;script&gt;alert(1)&lt;/script&gt; / B" in dom  # shown as text, never run
     assert HOSTILE not in dom
     assert trace_ids[2] in dom and "<polyline" in dom
+    assert "hit rate@5 label" in dom and " USD</span>" in dom and "<span class=\"range\">" in dom
 
     shot = tmp_path / "page.png"
     run_chromium(tmp_path, f"--screenshot={shot}", url)

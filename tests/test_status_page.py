@@ -20,9 +20,12 @@ from test_sidecar import PRICE, FakeClock, scrape, send_rag_traces
 from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
 from ragmon.conventions import ConventionOptions, read_trace
+from ragmon import catalogue as cat
+from ragmon.export.alerts import Holding
 from ragmon.export.status import (
     read_rolling,
-    rolling_from_families,
+    show,
+    value_name,
     CSP,
     History,
     JudgeView,
@@ -33,10 +36,17 @@ from ragmon.export.status import (
     render,
     sparkline,
 )
+from ragmon.export.windows import WindowReading
 from ragmon.model import AttrValue, RagRecord, Span, Trace
 from ragmon.scoring.records import RecordScores, RetrievalScore
 
 HOSTILE = "<script>alert(1)</script>"
+
+
+def _esc(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=True)
 
 
 class _Tags(HTMLParser):
@@ -69,7 +79,7 @@ def parse(page: str) -> _Tags:
 def hostile_snapshot() -> StatusSnapshot:
     return StatusSnapshot(
         rows=[(HOSTILE, HOSTILE)],
-        series=[SeriesView(HOSTILE, HOSTILE, {HOSTILE: 0.5, "MRR label": 0.25}, {"MRR label": [0.1, 0.2, 0.3]})],
+        series=[SeriesView(HOSTILE, HOSTILE, {HOSTILE: 0.5, "MRR label": 0.25}, {"MRR label": [0.1, 0.2, 0.3]}, {HOSTILE: HOSTILE})],
         received={HOSTILE: 3, "http": 9},
         rejected={("http", HOSTILE): 2},
         unmeasured=[HOSTILE],
@@ -77,13 +87,16 @@ def hostile_snapshot() -> StatusSnapshot:
         judge=JudgeView(HOSTILE, HOSTILE, 0.125, 1.0, {HOSTILE: 4}),
         probes={HOSTILE: (HOSTILE, {HOSTILE: 1}), "p": ("", {})},
         worst=[WorstRequest(1.0, HOSTILE, HOSTILE, HOSTILE, HOSTILE)],
+        alerts=[Holding(HOSTILE, HOSTILE, HOSTILE, HOSTILE, HOSTILE)],
+        windows=(HOSTILE, HOSTILE),
+        k=5,
     )
 
 
 def test_every_shown_string_is_escaped_and_nothing_is_loaded_from_outside() -> None:
     page = render(hostile_snapshot())
     assert "<script" not in page.lower()
-    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 19  # each of the 19 places it was put
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 29  # each of the 29 places it was put
     tags = parse(page)
     assert {t for t, _ in tags.tags} <= {
         "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "table", "tr", "th", "td", "b",
@@ -99,8 +112,10 @@ def test_the_page_has_its_sections_refreshes_itself_and_draws_a_sparkline() -> N
     page = render(hostile_snapshot())
     tags = parse(page)
     assert tags.h2 == [
-        "Rolling values", "Receivers", "Conventions detected", "Not measured", "Judge", "Probes", "Worst recent requests",
+        "Rolling values", "Alerts that hold now", "Receivers", "Conventions detected", "Not measured", "Judge", "Probes",
+        "Worst recent requests",
     ]
+    assert "<span class='range'>0.100 – 0.300</span>" in page  # the sparkline's range, in the value's unit
     assert "<tr><td>OpenTelemetry GenAI</td><td>2</td></tr>" in page
     assert ("meta", {"http-equiv": "refresh", "content": "10"}) in tags.tags
     polylines = [a for t, a in tags.tags if t == "polyline"]
@@ -229,24 +244,37 @@ def get_page(port: int) -> tuple[str, dict[str, str]]:
 def test_a_real_sidecar_shows_its_values_history_receivers_and_worst_requests(
     fed: tuple[Sidecar, FakeClock, LoopThread, list[str]],
 ) -> None:
-    car, clock, _, trace_ids = fed
+    car, clock, loop, trace_ids = fed
     for _ in range(3):  # three points of history, 10 s apart
-        page, headers = get_page(car.ports.metrics or 0)
+        assert call_soon(loop, car.board.sample_history)
         clock.now += 10.0
+    page, headers = get_page(car.ports.metrics or 0)
     assert headers["Content-Security-Policy"] == CSP
     assert headers["Content-Type"] == "text/html; charset=utf-8"
     assert "<script" not in page.lower()
     assert "<h3>&lt;script&gt;alert(1)&lt;/script&gt; / B</h3>" in page
     rows = dict(re.findall(r"<tr><td>([^<]+)</td><td><span class='num'>([^<]+)</span>", page))
-    # hit@10 label: 2 of 3 (the third ranking misses); MRR (1 + 1/2 + 0) / 3; no errors
-    assert rows["hit rate@10 label"] == "0.6667"
-    assert rows["MRR label"] == "0.5"
-    assert rows["error ratio"] == "0"
-    assert rows["cost/request USD"] == f"{(100 * 0.15 + 20 * 0.60) / 1e6:.4g}"
-    assert sorted(rows) == [
-        "MRR label", "cost/request USD", "error ratio", "hit rate@10 label", "latency p50 s", "latency p95 s",
-    ]  # no faithfulness: the documents carry no text for the lexical estimate
+    # hit@5 label: 2 of 3 (the third ranking misses); MRR (1 + 1/2 + 0) / 3; no errors
+    assert rows["hit rate@5 label"] == "0.667"
+    assert rows["MRR label"] == "0.500"
+    assert rows["error ratio"] == "0.000"
+    assert rows["cost per request"] == f"{(100 * 0.15 + 20 * 0.60) / 1e6:.7f} USD"  # 2.7e-05: three digits, no exponent
+    assert re.fullmatch(r"\d+(\.\d+)? ms", rows["latency p95"])
+    assert sorted(rows) == sorted([
+        "MRR label", "NDCG@5 label", "cost per request", "error ratio", "hit rate@5 label", "precision@5 label",
+        "recall@5 label", "latency p50", "latency p95", "latency p99", "latency generation p95", "latency retrieval p95",
+    ])  # no faithfulness: the documents carry no text for the lexical estimate
     assert page.count("<polyline") == len(rows)  # every value has 3 points of history
+    assert page.count("<span class='range'>") == len(rows)
+    # each relevance source without a value says why; the one shown (label) says nothing
+    assert "retrieval quality from label" not in page
+    for source, why in (
+        ("golden", "no golden set (scoring.golden)"), ("probe", "no probes ([[probes]])"),
+        ("feedback", "no feedback joined to a scored request (POST /v1/feedback)"),
+        ("judge", "needs the LLM judge with context_relevance among judge.evaluators"),
+    ):
+        assert f"<p>retrieval quality from {source}: not measured over the last 5m: {_esc(why)}.</p>" in page
+    assert "<h2>Alerts that hold now</h2>" in page and "the last 5m against the last 1h" in page
     assert "<tr><td>http</td><td>9</td><td>none</td></tr>" in page
     assert "<tr><td>OpenInference</td><td>3</td></tr>" in page
     # the missed retrieval is the worst request, with its trace id
@@ -256,24 +284,29 @@ def test_a_real_sidecar_shows_its_values_history_receivers_and_worst_requests(
     assert "lexical" in page and "No probes configured." in page
 
 
-def test_scrapes_sample_the_history_and_ingest_does_not(
-    fed: tuple[Sidecar, FakeClock, LoopThread, list[str]],
-) -> None:
-    car, clock, _, _ = fed
-    assert len(car.history) == 0  # three requests scored, nothing sampled
-    scrape(car.ports.metrics or 0)
-    scrape(car.ports.metrics or 0)  # not due yet
-    clock.now += 10.0
-    scrape(car.ports.metrics or 0)
-    history = car.history.of(HOSTILE, "B")
-    assert history["MRR label"] == [0.5, 0.5]
-    assert car.history.kept_points() == 2 * len(history) == 2 * 6
+def test_the_timer_samples_the_history_and_page_views_scrapes_and_ingest_do_not() -> None:
+    clock = FakeClock()
+    config = Config(receiver=ReceiverConfig(http="127.0.0.1:0", grpc=""), metrics=MetricsConfig(listen="127.0.0.1:0"))
+    with sidecar_thread(config, clock, history_interval=0.05) as (car, _):
+        send_rag_traces(HttpExporter(endpoint=f"http://127.0.0.1:{car.ports.http}/v1/traces", timeout=10), "timed")
+        wait_until(lambda: car.assembler.stats().spans_held == 9)
+        clock.now += 3.0
+        wait_until(lambda: car.pipeline.stats().records == 3)
+        clock.now += 0.1  # the fake clock makes one point due per step
+        wait_until(lambda: len(car.history) > 0, what="the timer's first point with values")
+        first = car.history.kept_points()
+        assert first == len(car.history) > 0  # one point a series: no other is due until the clock moves
+        get_page(car.ports.metrics or 0)
+        scrape(car.ports.metrics or 0)
+        assert car.history.kept_points() == first  # page views and scrapes add nothing
+        clock.now += 0.1
+        wait_until(lambda: car.history.kept_points() == 2 * first, what="the timer's second point")
 
 
 def test_the_history_stays_within_its_bound(fed: tuple[Sidecar, FakeClock, LoopThread, list[str]]) -> None:
-    car, clock, _, _ = fed
+    car, clock, loop, _ = fed
     for _ in range(car.history.points + 5):
-        get_page(car.ports.metrics or 0)
+        call_soon(loop, car.board.sample_history)
         clock.now += 10.0
     history = car.history.of(HOSTILE, "B")
     assert history and all(len(points) == car.history.points for points in history.values())
@@ -350,6 +383,14 @@ def test_a_record_says_which_conventions_it_was_read_by(children: list[dict[str,
     assert isinstance(record, RagRecord) and record.conventions == expected
 
 
+def test_a_value_other_variants_have_shows_as_missing_with_why() -> None:
+    page = render(StatusSnapshot(rows=[], series=[
+        SeriesView("s", "A", {"MRR label": 0.5, "faithfulness llm": 0.9}),
+        SeriesView("s", "B", {"MRR label": 0.4}, missing={"faithfulness llm": "no value for this variant over the last 5m"}),
+    ], windows=("5m", "1h"), k=5))
+    assert "<tr><td>faithfulness llm</td><td><span class='num'>—</span></td><td>no value for this variant over the last 5m</td></tr>" in page
+
+
 def test_pairs_past_the_series_budget_are_counted_not_shown() -> None:
     views = [SeriesView(f"s{i}", "v", {"MRR label": 0.5}) for i in range(2)]
     page = render(StatusSnapshot(rows=[], series=views, series_hidden=3))
@@ -365,7 +406,7 @@ def test_a_sidecar_shows_and_keeps_no_more_than_its_series_budget() -> None:
         metrics=MetricsConfig(listen="127.0.0.1:0", max_series=1),
         pricing={"gpt-4o-mini": PRICE},
     )
-    with sidecar_thread(config, clock) as (car, _):
+    with sidecar_thread(config, clock) as (car, loop):
         endpoint = f"http://127.0.0.1:{car.ports.http}/v1/traces"
         send_rag_traces(HttpExporter(endpoint=endpoint, timeout=10), "first")
         send_rag_traces(HttpExporter(endpoint=endpoint, timeout=10), "second")
@@ -373,72 +414,71 @@ def test_a_sidecar_shows_and_keeps_no_more_than_its_series_budget() -> None:
         clock.now += 3.0
         wait_until(lambda: car.pipeline.stats().records == 6)
         for _ in range(3):
-            page, _ = get_page(car.ports.metrics or 0)
+            call_soon(loop, car.board.sample_history)
             clock.now += 10.0
+        page, _ = get_page(car.ports.metrics or 0)
     assert page.count("<h3>") == 1
     assert "<p>1 more service/variant pairs not shown (series budget).</p>" in page
     assert len(car.history) == 1 and car.history.refused > 0
     assert car.history.kept_points() == 3
 
 
-def test_a_scrape_reads_the_history_from_its_families_as_the_page_reads_the_stores(
-    fed: tuple[Sidecar, FakeClock, LoopThread, list[str]],
-) -> None:
-    """``rolling_from_families`` (a scrape's history point, from the gauge families it
-    collected) gives what ``read_rolling`` reads from the window stores, in the same order,
-    also once the shortest window has emptied (then the next window's values)."""
-    car, clock, loop, _ = fed
-
-    def both() -> tuple[list[object], list[object]]:
-        car.metrics.flush()  # as the page does; a scrape's collect flushes too
-        stores = read_rolling(car.metrics.gauges, car.metrics.latency, clock())
-        families = rolling_from_families(list(car.registry.collect()))
-        return [(k, list(v.items())) for k, v in stores.items()], [(k, list(v.items())) for k, v in families.items()]
-
-    stores, families = call_soon(loop, both)
-    assert families == stores
-    names = dict(stores)[HOSTILE, "B"]
-    assert [n for n, _ in names] == [
-        "hit rate@10 label", "MRR label", "cost/request USD", "error ratio",
-        "latency p50 s", "latency p95 s",
-    ]
-    clock.now += 301.0  # past the 5m window: the 1h window's values
-    stores, families = call_soon(loop, both)
-    assert families == stores and dict(stores)[HOSTILE, "B"] == names
-    clock.now += 3600.0  # past every window: nothing
-    assert call_soon(loop, both) == ([], [])
+def _mean(gauge: str, source: str, detail: str, window: float, value: float, samples: int = 10) -> WindowReading[tuple[str, str, str, str, str]]:
+    return WindowReading((gauge, "s", "a", source, detail), window, samples, value)
 
 
-def test_rolling_from_families_picks_each_gauges_shortest_window_and_largest_k() -> None:
-    from prometheus_client.core import GaugeMetricFamily
-
-    def gauge(name: str, labels: Sequence[str], rows: Sequence[tuple[Sequence[str], float]]) -> GaugeMetricFamily:
-        family = GaugeMetricFamily(name, "h", labels=list(labels))
-        for values, value in rows:
-            family.add_metric(list(values), value)
-        return family
-
-    sv = ("service", "variant")
-    families = [
-        gauge("ragmon_retrieval_hit_rate", (*sv, "source", "k", "window"), [
-            (("s", "a", "label", "3", "90s"), 0.5), (("s", "a", "label", "10", "90s"), 0.75),
-            (("s", "a", "label", "10", "5m"), 0.9), (("s", "a", "golden", "10", "90s"), 0.25),
-        ]),
-        gauge("ragmon_retrieval_mrr", (*sv, "source", "window"), [(("s", "a", "label", "1h"), 0.4)]),
-        gauge("ragmon_faithfulness_mean", (*sv, "source", "judge", "window"), [
-            (("s", "a", "judge", "llm", "5m"), 0.8), (("s", "a", "app", "app", "5m"), 0.6),
-            (("s", "b", "judge", "llm", "1h"), 0.1),
-        ]),
-        gauge("ragmon_error_ratio", (*sv, "window"), [(("s", "b", "0.5s"), 0.0)]),
-        gauge("ragmon_latency_seconds", (*sv, "stage", "quantile", "window"), [
-            (("s", "a", "total", "0.5", "5m"), 1.5), (("s", "a", "total", "0.95", "5m"), 2.5),
-            (("s", "a", "total", "0.99", "5m"), 3.0), (("s", "a", "retrieval", "0.5", "90s"), 0.1),
-            (("s", "a", "total", "0.5", "1h"), 9.0),
-        ]),
-    ]
-    assert rolling_from_families(families) == {
-        ("s", "a"): {"hit rate@10 label": 0.75, "hit rate@10 golden": 0.25, "MRR label": 0.4,
-                     "faithfulness llm": 0.8, "faithfulness app": 0.6, "latency p50 s": 1.5, "latency p95 s": 2.5},
-        ("s", "b"): {"error ratio": 0.0},
+def test_read_rolling_shows_every_value_over_the_shortest_window_at_the_headline_k() -> None:
+    means = {
+        cat.RETRIEVAL_HIT_RATE.name: [
+            _mean(cat.RETRIEVAL_HIT_RATE.name, "label", "1", 300.0, 0.1), _mean(cat.RETRIEVAL_HIT_RATE.name, "label", "5", 300.0, 0.5),
+            _mean(cat.RETRIEVAL_HIT_RATE.name, "label", "5", 3600.0, 0.9), _mean(cat.RETRIEVAL_HIT_RATE.name, "golden", "5", 300.0, 0.25),
+        ],
+        cat.RETRIEVAL_MRR.name: [_mean(cat.RETRIEVAL_MRR.name, "feedback", "", 3600.0, 0.4)],
+        cat.SCORE_MEANS["faithfulness"].name: [
+            _mean(cat.SCORE_MEANS["faithfulness"].name, "judge", "llm", 300.0, 0.8),
+            _mean(cat.SCORE_MEANS["faithfulness"].name, "app", "ragas", 300.0, 0.6),
+        ],
+        cat.USER_FEEDBACK_MEAN.name: [_mean(cat.USER_FEEDBACK_MEAN.name, "feedback", "thumbs", 300.0, 0.75)],
+        cat.ERROR_RATIO.name: [WindowReading((cat.ERROR_RATIO.name, "s", "b", "", ""), 300.0, 0, None)],
     }
-    assert rolling_from_families([]) == {}
+    latency = [
+        WindowReading(("s", "a", "total"), 300.0, 4, None, {0.5: 1.5, 0.95: 2.5, 0.99: 3.0}),
+        WindowReading(("s", "a", "retrieval"), 300.0, 4, None, {0.5: 0.1, 0.95: 0.2, 0.99: 0.3}),
+        WindowReading(("s", "a", "total"), 3600.0, 9, None, {0.5: 9.0, 0.95: 9.0, 0.99: 9.0}),
+    ]
+    assert read_rolling(means, latency, 5) == {
+        ("s", "a"): {
+            "hit rate@5 label": 0.5, "hit rate@5 golden": 0.25, "MRR feedback": 0.4, "faithfulness llm": 0.8,
+            "faithfulness ragas (app)": 0.6, "feedback thumbs": 0.75, "latency p50": 1.5, "latency p95": 2.5,
+            "latency p99": 3.0, "latency retrieval p95": 0.2,
+        },
+    }
+    assert read_rolling({}, [], 5) == {}
+
+
+def test_every_rolling_family_ragmon_exports_has_a_row_on_the_page() -> None:
+    """A new rolling gauge without a name on the page fails here."""
+    for family in cat.MEAN_GAUGES:
+        key = (family.name, "s", "a", "src", "5" if "k" in family.labels else "d")
+        name = value_name(family.name, key, 5)
+        assert name, family.name
+        page = render(StatusSnapshot(rows=[], series=[SeriesView("s", "a", read_rolling(
+            {family.name: [WindowReading(key, 300.0, 1, 0.5)]}, [], 5)[("s", "a")])]))
+        assert f"<td>{name}</td>" in page.replace("&#x27;", "'"), family.name
+    rolling = read_rolling({}, [WindowReading(("s", "a", "total"), 300.0, 1, None, {0.5: 0.2, 0.95: 0.3, 0.99: 0.4})], 5)
+    assert set(rolling["s", "a"]) == {"latency p50", "latency p95", "latency p99"}  # ragmon_latency_seconds
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("cost per request", 2.237e-05, "0.0000224 USD"),
+    ("cost per request", 0.5, "0.500 USD"),
+    ("cost per request", 12.345, "12.35 USD"),
+    ("cost per request", 0.0, "0.00 USD"),
+    ("latency p95", 0.0123, "12.3 ms"),
+    ("latency p95", 0.25, "250 ms"),
+    ("latency p95", 2.5, "2.50 s"),
+    ("hit rate@5 label", 2 / 3, "0.667"),
+    ("MRR label", float("nan"), "nan"),
+])
+def test_values_are_shown_in_their_units(name: str, value: float, shown: str) -> None:
+    assert show(name, value) == shown

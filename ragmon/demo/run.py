@@ -55,6 +55,7 @@ from ragmon.config import Config, ProbeConfig
 from ragmon.demo.corpus import Corpus, build_corpus
 from ragmon.demo.service import RagService, ask_app
 from ragmon.judge.endpoint import endpoint_from_config
+from ragmon.export.alerts import headline_k
 from ragmon.demo.view import Values, alerts, plain, read_values, render, service_samples
 
 __all__ = ["SERVICE", "DemoOptions", "demo", "demo_config"]
@@ -211,7 +212,7 @@ async def demo(options: DemoOptions, out: TextIO, stop: asyncio.Event | None = N
     stop = stop or asyncio.Event()
     corpus = build_corpus()
     ks = (options.config or Config()).scoring.k
-    k = 5 if 5 in ks else max(ks)
+    k = headline_k(ks)
     async with AsyncExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ragmon-demo-")))
         golden, probe_dataset = _write_golden(corpus, folder)

@@ -48,7 +48,7 @@ from ragmon.export.recording import FOLDED_LABELS, MAX_BUFFERED, MEAN_GAUGES, Re
 from ragmon.export.requests import RequestRecorder
 from ragmon.export.retrieval import RetrievalRecorder
 from ragmon.export.series import DeferredFamily, SeriesCollector
-from ragmon.export.windows import WindowReading, WindowSnapshot, WindowStore
+from ragmon.export.windows import WindowReading, WindowSnapshot, WindowStore, window_label
 from ragmon.model import STAGES, RagRecord
 from ragmon.otlp.decode import DECODER
 from ragmon.scoring.records import PricedCall, RecordScores, RetrievalScore
@@ -68,13 +68,6 @@ LIMITED_LABELS = FOLDED_LABELS | {"name"}
 capped in number, it is kept in a fold series)."""
 LATENCY_GAUGE = cat.LATENCY.name
 USER_FEEDBACK_GAUGE = cat.USER_FEEDBACK_MEAN.name
-
-
-def _window_label(seconds: float) -> str:
-    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 class _WindowCollector(Collector):
@@ -122,7 +115,7 @@ def _fill_mean(readings: _Readings, extra: tuple[str, ...], family: GaugeMetricF
         if reading.mean is not None:
             _, service, variant, source, detail = reading.key
             values = {"source": source, "k": detail, "judge": detail, "name": detail}
-            family.add_metric([service, variant, *(values[e] for e in extra), _window_label(reading.window)], reading.mean)
+            family.add_metric([service, variant, *(values[e] for e in extra), window_label(reading.window)], reading.mean)
 
 
 def _fill_latency(readings: _Readings, family: GaugeMetricFamily) -> None:
@@ -130,7 +123,7 @@ def _fill_latency(readings: _Readings, family: GaugeMetricFamily) -> None:
     for reading in readings():
         if reading.samples:
             service, variant, stage = reading.key
-            window = _window_label(reading.window)
+            window = window_label(reading.window)
             for q, value in reading.quantiles.items():
                 if value is not None:
                     family.add_metric([service, variant, stage, f"{q:g}", window], value)
@@ -144,7 +137,7 @@ def _fill_samples(snapshots: Mapping[str, _Readings], family: GaugeMetricFamily)
             for reading in readings():
                 if reading.samples:
                     service, variant, stage = reading.key
-                    family.add_metric([service, variant, "", f"latency_{stage}", _window_label(reading.window)], reading.samples)
+                    family.add_metric([service, variant, "", f"latency_{stage}", window_label(reading.window)], reading.samples)
             continue
         metric = gauge.removeprefix("ragmon_")
         counted: set[tuple[str, ...]] = set()
@@ -153,7 +146,7 @@ def _fill_samples(snapshots: Mapping[str, _Readings], family: GaugeMetricFamily)
                 _, service, variant, source, detail = reading.key
                 if gauge == USER_FEEDBACK_GAUGE:  # one sample count per name
                     source, metric = "feedback", f"user_feedback_mean:{detail}"
-                window = _window_label(reading.window)
+                window = window_label(reading.window)
                 if (service, variant, source, window) not in counted:
                     counted.add((service, variant, source, window))
                     family.add_metric([service, variant, source, metric, window], reading.samples)

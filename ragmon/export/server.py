@@ -27,7 +27,7 @@ import contextlib
 import gc
 import gzip
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -210,13 +210,12 @@ async def _write(request: web.Request, status: int, headers: dict[str, str], bod
 
 
 def metrics_handler(
-    registry: Collector, *, after_collect: Callable[[Sequence[Metric]], Awaitable[None]] | None = None,
-    quiet_gc: bool = False, limits: ScrapeLimits | None = None, stats: ScrapeStats | None = None,
+    registry: Collector, *, quiet_gc: bool = False, limits: ScrapeLimits | None = None, stats: ScrapeStats | None = None,
 ) -> Handler:
     """``/metrics`` for ``registry``: families collected on the loop, then prometheus_client's
     handler over them in a worker thread; one scrape at a time; the answer held within
     ``limits`` and written as the client reads it (the module docstring), counted in ``stats``.
-    ``after_collect`` is awaited with the collected families first. ``quiet_gc`` (for a
+    ``quiet_gc`` (for a
     process of ragmon's own: ``ragmon run``) holds the cycle collector off while a scrape
     collects and renders: its tens of thousands of short-lived objects, freed by reference
     counting, would otherwise start full collections that stop the event loop for a quarter of
@@ -232,8 +231,6 @@ def metrics_handler(
         compress = gzip_accepted(request.headers.get("Accept-Encoding", ""))
         async with scraping, _gc_held(quiet_gc):
             families = await collect_families(registry)
-            if after_collect is not None:
-                await after_collect(families)
             snapshot = snapshot_registry(families)
             library = make_aiohttp_handler(snapshot, disable_compression=True)
             status, headers, body = await asyncio.to_thread(_baked, library, request, compress)
@@ -305,13 +302,13 @@ def misrouted(otlp: Callable[[], tuple[str, int] | None]) -> Hint:
 
 def metrics_app(
     registry: Collector, *, token: str, status_page: Callable[[], str], ready: Callable[[], bool],
-    after_collect: Callable[[Sequence[Metric]], Awaitable[None]] | None = None, quiet_gc: bool = False,
+    quiet_gc: bool = False,
     limits: ScrapeLimits | None = None, stats: ScrapeStats | None = None,
 ) -> web.Application:
     """The aiohttp app serving ``/metrics`` (``metrics_handler``), ``/healthz``, ``/readyz``
     (``ready()``, else 503) and the status page ``/`` (``status_page()``, with a
     Content-Security-Policy that forbids loading anything), behind ``bearer_guard(token)``;
-    ``after_collect``, ``quiet_gc``, ``limits`` and ``stats`` as in ``metrics_handler``."""
+    ``quiet_gc``, ``limits`` and ``stats`` as in ``metrics_handler``."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -330,7 +327,7 @@ def metrics_app(
 
     app = web.Application(middlewares=[bearer_guard(token)])
     app.router.add_get("/metrics", metrics_handler(
-        registry, after_collect=after_collect, quiet_gc=quiet_gc, limits=limits, stats=stats,
+        registry, quiet_gc=quiet_gc, limits=limits, stats=stats,
     ))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

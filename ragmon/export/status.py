@@ -1,15 +1,14 @@
 """The status page ``/``: a typed snapshot rendered to one self-contained HTML page.
 
 ``render`` is pure: a ``StatusSnapshot`` in, HTML out, every shown string escaped, no external
-asset (sparklines are inline ``<svg>`` polylines), refreshing itself every ``REFRESH`` seconds.
-``History`` keeps a bounded time series of the rolling values (one point per series per
-``interval`` seconds, the last ``points`` points, at most ``max_series`` series), sampled when
-the page is built (``read_rolling``: from the exporter's window stores) or ``/metrics`` is
-scraped (``rolling_from_families``: from the gauge families the scrape has just collected, so
-a scrape computes no window twice), never on the ingest path; ``Worst``
-keeps the recent worst requests (missed retrievals, lowest faithfulness) in a bounded heap;
-``Coverage`` counts what could not be measured. All three are fed on the event loop and read
-when the page is built.
+asset (sparklines are inline ``<svg>`` polylines, each with its range), refreshing itself every
+``REFRESH`` seconds. ``read_rolling`` names every rolling value of the exporter's window stores
+(``value_name``) and ``show`` prints it in its unit. ``History`` keeps a bounded time series of
+those values (one point per series per ``interval`` seconds, the last ``points`` points, at most
+``max_series`` series), sampled on a timer by the sidecar, never on the ingest path and never
+by a page view; ``Worst`` keeps the recent worst requests (missed retrievals, lowest
+faithfulness) in a bounded heap; ``Coverage`` counts what could not be measured. All three are
+fed on the event loop and read when the page is built.
 """
 
 from __future__ import annotations
@@ -17,15 +16,13 @@ from __future__ import annotations
 import heapq
 import html
 import math
-import re
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import Metric
-
 from ragmon import catalogue as cat
-from ragmon.export.windows import WindowStore
+from ragmon.export.alerts import Holding
+from ragmon.export.windows import WindowReading
 from ragmon.model import RagRecord
 from ragmon.scoring.records import RecordScores, RetrievalScore
 
@@ -37,16 +34,20 @@ __all__ = [
     "History",
     "JudgeView",
     "SeriesView",
-    "rolling_from_families",
     "StatusSnapshot",
     "Worst",
     "WorstRequest",
     "read_rolling",
     "render",
+    "show",
+    "unit_of",
+    "value_name",
 ]
 
 REFRESH = 10
 """Seconds between the page's own reloads."""
+HISTORY_INTERVAL = 10.0
+"""Seconds between two points of the rolling values' history (sampled on a timer)."""
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 """The page's Content-Security-Policy: nothing loaded from anywhere, inline style only."""
 MAX_TEXT = 200
@@ -67,6 +68,8 @@ class SeriesView:
     variant: str
     values: Mapping[str, float]
     history: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    missing: Mapping[str, str] = field(default_factory=dict)
+    """Values other pairs show and this one does not, with why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,110 +110,90 @@ class StatusSnapshot:
     """Probe name -> (its last outcome, outcome counts)."""
     worst: Sequence[WorstRequest] = ()
     series_hidden: int = 0
+    alerts: Sequence[Holding] = ()
+    """The alerts whose conditions hold on ragmon's own windows (``export.alerts.holding``)."""
+    windows: tuple[str, str] = ("", "")
+    """The shortest and the longest rolling window, as labels (``5m``, ``1h``)."""
+    k: int = 0
+    """The k of the per-k retrieval values shown."""
 
 
 # -- reading the rolling values ---------------------------------------------------------------
 
-_MEANS: tuple[tuple[str, str], ...] = (
-    (cat.RETRIEVAL_HIT_RATE.name, "hit rate"),
-    (cat.RETRIEVAL_MRR.name, "MRR"),
-    (cat.SCORE_MEANS["faithfulness"].name, "faithfulness"),
-    (cat.COST_USD_PER_REQUEST.name, "cost/request USD"),
-    (cat.ERROR_RATIO.name, "error ratio"),
-)
+MeanReadings = Mapping[str, Sequence[WindowReading[tuple[str, str, str, str, str]]]]
+"""Per rolling mean gauge, its store's readings (``WindowStore.read``)."""
+LatencyReadings = Sequence[WindowReading[tuple[str, str, str]]]
+
+_PER_K = {
+    cat.RETRIEVAL_HIT_RATE.name: "hit rate",
+    cat.RETRIEVAL_RECALL_MEAN.name: "recall",
+    cat.RETRIEVAL_PRECISION_MEAN.name: "precision",
+    cat.RETRIEVAL_NDCG_MEAN.name: "NDCG",
+}
+_SCORES = {family.name: name.replace("_", " ") for name, family in cat.SCORE_MEANS.items()}
+_SHOWN_QUANTILES = {"total": (0.5, 0.95, 0.99)}
+"""Latency quantiles shown per stage (other stages: p95)."""
 
 
-def read_rolling(
-    gauges: Mapping[str, WindowStore[tuple[str, str, str, str, str]]],
-    latency: WindowStore[tuple[str, str, str]],
-    now: float,
-) -> Rolling:
-    """The shortest window's rolling values per (service, variant): hit rate at the largest k
-    and MRR per source, faithfulness per judge, cost per request, error ratio, latency p50/p95
-    of the whole request."""
+def value_name(gauge: str, key: tuple[str, str, str, str, str], k: int) -> str | None:
+    """The page's name of one mean series (None: a k the page does not show)."""
+    _, _, _, source, detail = key
+    if gauge in _PER_K:
+        return f"{_PER_K[gauge]}@{k} {source}" if detail == str(k) else None
+    if gauge == cat.RETRIEVAL_MRR.name:
+        return f"MRR {source}"
+    if gauge in _SCORES:
+        return f"{_SCORES[gauge]} {detail}" + ("" if source == "judge" else f" ({source})")
+    if gauge == cat.USER_FEEDBACK_MEAN.name:
+        return f"feedback {detail}"
+    if gauge == cat.COST_USD_PER_REQUEST.name:
+        return "cost per request"
+    if gauge == cat.ERROR_RATIO.name:
+        return "error ratio"
+    return None
+
+
+def read_rolling(means: MeanReadings, latency: LatencyReadings, k: int) -> Rolling:
+    """Every rolling value per (service, variant) over each store's shortest window: the per-k
+    retrieval means at ``k``, MRR per source, every judged score per judge, user feedback per
+    name, cost per request, error ratio, and latency quantiles per stage."""
     out: Rolling = {}
-    for gauge, label in _MEANS:
-        store = gauges.get(gauge)
-        if store is None:
-            continue
-        readings = [r for r in store.read(now) if r.mean is not None]
-        if not readings:
-            continue
-        shortest = min(r.window for r in readings)
-        top_k = max((int(r.key[4]) for r in readings if r.key[4].isdigit()), default=0)
-        for r in readings:
-            _, service, variant, source, detail = r.key
-            if r.window != shortest or (gauge == cat.RETRIEVAL_HIT_RATE.name and detail != str(top_k)):
-                continue
-            name = label
-            if gauge == cat.RETRIEVAL_HIT_RATE.name:
-                name = f"hit rate@{detail} {source}"
-            elif gauge == cat.RETRIEVAL_MRR.name:
-                name = f"MRR {source}"
-            elif detail:
-                name = f"{label} {detail}"
-            assert r.mean is not None
-            out.setdefault((service, variant), {})[name] = r.mean
-    totals = [r for r in latency.read(now) if r.samples and r.key[2] == "total"]
-    shortest_latency = min((r.window for r in totals), default=0.0)
-    for t in totals:
-        if t.window == shortest_latency:
-            for q, value in t.quantiles.items():
-                if value is not None and q in (0.5, 0.95):
-                    out.setdefault((t.key[0], t.key[1]), {})[f"latency p{q * 100:g} s"] = value
+    for gauge, readings in means.items():
+        live = [r for r in readings if r.mean is not None]
+        shortest = min((r.window for r in live), default=0.0)
+        for r in live:
+            name = value_name(gauge, r.key, k) if r.window == shortest else None
+            if name is not None and r.mean is not None:
+                out.setdefault((r.key[1], r.key[2]), {})[name] = r.mean
+    live_latency = [r for r in latency if r.samples]
+    shortest = min((r.window for r in live_latency), default=0.0)
+    for t in live_latency:
+        if t.window == shortest:
+            for q in _SHOWN_QUANTILES.get(t.key[2], (0.95,)):
+                value = t.quantiles.get(q)
+                if value is not None:
+                    stage = "" if t.key[2] == "total" else f" {t.key[2]}"
+                    out.setdefault((t.key[0], t.key[1]), {})[f"latency{stage} p{q * 100:g}"] = value
     return out
 
 
-_MEAN_LABELS: dict[str, str] = dict(_MEANS)
-_WINDOW = re.compile(r"(\d+(?:\.\d+)?)([hms])")
-_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0}
+def unit_of(name: str) -> str:
+    """``s`` for a latency, ``USD`` for a cost, "" for ratios and scores (in [0, 1])."""
+    return "s" if name.startswith("latency") else "USD" if name.startswith("cost") else ""
 
 
-def _window_seconds(label: str) -> float:
-    m = _WINDOW.fullmatch(label)
-    return float(m.group(1)) * _UNIT[m.group(2)] if m else math.inf
-
-
-def rolling_from_families(families: Iterable[Metric]) -> Rolling:
-    """``read_rolling``'s values (same names, same order) read from the exported gauge
-    families of one scrape (``ragmon_retrieval_hit_rate``, …, ``ragmon_latency_seconds``)."""
-    means: dict[str, Metric] = {}
-    latency: Metric | None = None
-    for family in families:
-        if family.name in _MEAN_LABELS:
-            means[family.name] = family
-        elif family.name == cat.LATENCY.name:
-            latency = family
-    out: Rolling = {}
-    for gauge, label in _MEANS:
-        gauges = means.get(gauge)
-        if gauges is None or not gauges.samples:
-            continue
-        shortest = min(_window_seconds(s.labels["window"]) for s in gauges.samples)
-        hit_rate = gauge == cat.RETRIEVAL_HIT_RATE.name
-        top_k = max((int(s.labels["k"]) for s in gauges.samples), default=0) if hit_rate else 0
-        for sample in gauges.samples:
-            labels = sample.labels
-            if _window_seconds(labels["window"]) != shortest or (hit_rate and labels["k"] != str(top_k)):
-                continue
-            source = labels.get("source", "")
-            if hit_rate:
-                name = f"hit rate@{top_k} {source}"
-            elif gauge == cat.RETRIEVAL_MRR.name:
-                name = f"MRR {source}"
-            elif labels.get("judge"):
-                name = f"{label} {labels['judge']}"
-            else:
-                name = label
-            out.setdefault((labels["service"], labels["variant"]), {})[name] = sample.value
-    if latency is not None:
-        totals = [s for s in latency.samples if s.labels["stage"] == "total"]
-        shortest = min((_window_seconds(s.labels["window"]) for s in totals), default=0.0)
-        for sample in totals:
-            q = sample.labels["quantile"]
-            if _window_seconds(sample.labels["window"]) == shortest and q in ("0.5", "0.95"):
-                out.setdefault((sample.labels["service"], sample.labels["variant"]), {})[f"latency p{float(q) * 100:g} s"] = sample.value
-    return out
+def show(name: str, value: float) -> str:
+    """``value`` in the unit of ``name``: USD to three significant digits (never an exponent),
+    seconds as ms below one second, ratios and scores to three decimals."""
+    if not math.isfinite(value):
+        return str(value)
+    unit = unit_of(name)
+    if unit == "USD":
+        digits = 2 if value == 0 else max(2, 3 - math.ceil(math.log10(abs(value))))
+        return f"{value:.{digits}f} USD"
+    if unit == "s":
+        return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.2f} s"
+    return f"{value:.3f}"
 
 
 class History:
@@ -218,7 +201,7 @@ class History:
     ``points`` points of at most ``max_series`` series (a series is one value name of one
     service and variant); later series are not kept (``refused`` counts them)."""
 
-    def __init__(self, *, interval: float = 10.0, points: int = 60, max_series: int = 1000) -> None:
+    def __init__(self, *, interval: float = HISTORY_INTERVAL, points: int = 60, max_series: int = 1000) -> None:
         if not interval > 0 or points < 2 or max_series < 1:
             raise ValueError("a history needs interval > 0, points >= 2 and max_series >= 1")
         self.interval = interval
@@ -367,10 +350,6 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _num(value: float) -> str:
-    return f"{value:.4g}" if math.isfinite(value) else _e(value)
-
-
 def sparkline(points: Sequence[float], width: int = 120, height: int = 24) -> str:
     """An inline SVG polyline of ``points`` (empty when fewer than 2 finite points)."""
     ys = [p for p in points if math.isfinite(p)]
@@ -386,6 +365,15 @@ def sparkline(points: Sequence[float], width: int = 120, height: int = 24) -> st
     )
 
 
+def _recent(name: str, points: Sequence[float]) -> str:
+    """A sparkline of ``points`` and their range in the value's unit (empty under two points)."""
+    ys = [p for p in points if math.isfinite(p)]
+    line = sparkline(ys)
+    if not line:
+        return ""
+    return f"{line} <span class='range'>{_e(show(name, min(ys)))} – {_e(show(name, max(ys)))}</span>"
+
+
 def _table(head: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
     """A table of already-escaped cells (no header row when ``head`` is empty)."""
     th = "".join(f"<th>{h}</th>" for h in head)
@@ -395,6 +383,7 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
 
 def render(snapshot: StatusSnapshot) -> str:
     """The whole page for ``snapshot``."""
+    short, long = snapshot.windows
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         f"<meta http-equiv='refresh' content='{REFRESH}'><title>ragmon status</title>",
@@ -403,17 +392,33 @@ def render(snapshot: StatusSnapshot) -> str:
         "<h2>Rolling values</h2>",
     ]
     if snapshot.series:
+        parts.append(
+            f"<p>Over the last {_e(short)} (the shortest rolling window); hit rate, recall, precision and NDCG "
+            f"at k={snapshot.k}. Recent: one point every {HISTORY_INTERVAL:g} s, with its range.</p>"
+        )
         for view in snapshot.series:
             parts.append(f"<h3>{_e(view.service)} / {_e(view.variant)}</h3>")
-            rows = (
-                [_e(name), f"<span class='num'>{_num(value)}</span>", sparkline(view.history.get(name, ()))]
+            rows: list[list[str]] = [
+                [_e(name), f"<span class='num'>{_e(show(name, value))}</span>", _recent(name, view.history.get(name, ()))]
                 for name, value in sorted(view.values.items())
-            )
+            ]
+            rows += [[_e(name), "<span class='num'>—</span>", _e(why)] for name, why in sorted(view.missing.items())]
             parts.append(_table(["value", "now", "recent"], rows))
         if snapshot.series_hidden:
             parts.append(f"<p>{snapshot.series_hidden} more service/variant pairs not shown (series budget).</p>")
     else:
         parts.append("<p>No request scored yet.</p>")
+    parts.append("<h2>Alerts that hold now</h2>")
+    parts.append(
+        f"<p>ragmon's own estimate: the generated rules' thresholds and minimum observations on its rolling "
+        f"windows (the last {_e(short)} against the last {_e(long)}). Prometheus evaluates the rules themselves "
+        "(the last 30m against a 1d baseline, summed across replicas).</p>"
+    )
+    parts.append(_table(
+        ["alert", "severity", "service / variant", "why"],
+        ([_e(a.alert), _e(a.severity), f"{_e(a.service)} / {_e(a.variant)}", f"<span class='bad'>{_e(a.why)}</span>"]
+         for a in snapshot.alerts),
+    ) if snapshot.alerts else "<p>None.</p>")
     parts.append("<h2>Receivers</h2>")
     protocols = sorted(set(snapshot.received) | {p for p, _ in snapshot.rejected})
     parts.append(_table(

@@ -45,6 +45,7 @@ import numpy.typing as npt
 from ragmon.export.sketch import DEFAULT_RELATIVE_ACCURACY, QuantileSketch
 
 __all__ = [
+    "window_label",
     "DEFAULT_BUCKETS",
     "DEFAULT_QUANTILES",
     "Outcome",
@@ -654,3 +655,11 @@ def _check_windows(windows: Sequence[float]) -> tuple[float, ...]:
     if len(set(out)) != len(out):
         raise ValueError(f"windows must be distinct, got {list(out)}")
     return out
+
+
+def window_label(seconds: float) -> str:
+    """A window's ``window`` label: ``300.0`` -> ``5m``, ``3600.0`` -> ``1h``, ``7.5`` -> ``7.5s``."""
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

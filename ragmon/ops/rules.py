@@ -20,15 +20,15 @@ import argparse
 import dataclasses
 import json
 import math
-import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
 from typing import Any
 
 import yaml
 
 from ragmon import catalogue as cat
+from ragmon.export.alerts import ALERTS, RUNBOOK_URL, Thresholds, parse_duration
 
 __all__ = [
     "ALERTS",
@@ -43,36 +43,6 @@ __all__ = [
     "to_yaml",
 ]
 
-RUNBOOK_URL = "https://github.com/ragmon/ragmon/blob/main/docs/runbook.md"
-
-ALERTS: dict[str, tuple[str, str]] = {
-    "RagHitRateDrop": ("critical", "15m"),
-    "RagMrrDrop": ("warning", "15m"),
-    "RagFaithfulnessDrop": ("critical", "15m"),
-    "RagCoherenceDrop": ("warning", "15m"),
-    "RagToxicAnswers": ("critical", "0s"),
-    "RagLatencyP95High": ("critical", "10m"),
-    "RagErrorRatioHigh": ("critical", "10m"),
-    "RagCostBurnHigh": ("warning", "15m"),
-    "RagmonJudgeFailing": ("warning", "15m"),
-    "RagmonDroppingData": ("warning", "15m"),
-    "RagmonDown": ("warning", "5m"),
-    "RagmonTargetsMissing": ("warning", "5m"),
-}
-"""Every alert: (severity, ``for`` before scaling). The runbook anchor is the lower-cased name."""
-
-_DURATION = re.compile(r"(?:\d+(?:ms|[smhdwy]))+")
-_DURATION_PART = re.compile(r"(\d+)(ms|[smhdwy])")
-_UNIT_SECONDS = {"y": 365 * 86400.0, "w": 7 * 86400.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of a Prometheus duration such as ``30m`` or ``1h30m`` (``ValueError`` otherwise)."""
-    if not _DURATION.fullmatch(text):
-        raise ValueError(f"not a Prometheus duration: {text!r} (e.g. '30m', '1h30m')")
-    return sum(int(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
-
-
 def format_duration(seconds: float) -> str:
     """A Prometheus duration for ``seconds`` (rounded to the millisecond): ``15m``, ``1m30s``, ``0s``."""
     ms = round(seconds * 1000)
@@ -86,85 +56,6 @@ def format_duration(seconds: float) -> str:
             parts.append(f"{ms // size}{unit}")
             ms %= size
     return "".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """Thresholds and guards (minimum observations) of the alerts; every field has a default.
-
-    Drops are absolute (0.10 = ten points of a ratio in [0, 1]). A floor, when set, also fires
-    when the current value is below it, whatever the baseline.
-    """
-
-    window: str = "30m"
-    """Current window of the quality, latency, error and judge alerts."""
-    baseline: str = "1d"
-    """Baseline window of the drop alerts; it ends ``window`` ago."""
-    hit_rate_drop: float = 0.10
-    mrr_drop: float = 0.10
-    faithfulness_drop: float = 0.10
-    coherence_drop: float = 0.10
-    hit_rate_floor: float | None = None
-    mrr_floor: float | None = None
-    faithfulness_floor: float | None = None
-    coherence_floor: float | None = None
-    min_queries: int = 100
-    """Scored retrievals needed in the current window and in the baseline (hit rate, MRR)."""
-    min_judged: int = 50
-    """Faithfulness (or coherence) scores needed in the current window and in the baseline."""
-    faithfulness_skip_judges: tuple[str, ...] = ("lexical",)
-    """``judge`` label values left out of the faithfulness alert (the offline lexical estimate)."""
-    latency_p95_seconds: float = 5.0
-    min_requests: int = 100
-    """Requests needed in the window (latency, error ratio)."""
-    max_error_ratio: float = 0.05
-    max_usd_per_hour: float = 10.0
-    min_cost_requests: int = 5
-    """Requests needed in the last hour before a cost burn alerts."""
-    max_judge_failure_ratio: float = 0.20
-    min_judge_requests: int = 20
-    """Judge calls (ok, error, timeout, invalid) needed in the window."""
-    min_lost_per_5m: int = 10
-    """Items lost per 5 minutes, sustained for the alert's ``for``, before ragmon's data loss alerts."""
-    job_regex: str = ".*ragmon.*"
-    """``job`` label of ragmon's scrape targets."""
-    runbook_url: str = RUNBOOK_URL
-    """The runbook every alert links to (``#<alert name, lower-cased>`` is appended): point it
-    at your own copy of ``docs/runbook.md``."""
-
-    def __post_init__(self) -> None:
-        for name in ("window", "baseline"):
-            try:
-                seconds = parse_duration(getattr(self, name))
-            except ValueError as exc:
-                raise ValueError(f"{name}: {exc}") from None
-            if seconds <= 0:
-                raise ValueError(f"{name}: must be positive")
-        for name in (
-            "hit_rate_drop", "mrr_drop", "faithfulness_drop", "coherence_drop", "max_error_ratio", "max_judge_failure_ratio",
-        ):
-            value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise ValueError(f"{name}: must be in (0, 1], got {value}")
-        for name in ("hit_rate_floor", "mrr_floor", "faithfulness_floor", "coherence_floor"):
-            value = getattr(self, name)
-            if value is not None and not 0 < value <= 1:
-                raise ValueError(f"{name}: must be in (0, 1] or None, got {value}")
-        for name in ("latency_p95_seconds", "max_usd_per_hour"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name}: must be a positive number, got {value}")
-        for name in ("min_queries", "min_judged", "min_requests", "min_cost_requests", "min_judge_requests", "min_lost_per_5m"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
-        if not self.job_regex:
-            raise ValueError("job_regex: must not be empty")
-        if not re.fullmatch(r"https?://\S+", self.runbook_url):
-            raise ValueError(f"runbook_url: not an http(s) URL: {self.runbook_url!r}")
-        for judge in self.faithfulness_skip_judges:
-            if not re.fullmatch(r"[A-Za-z0-9_-]+", judge):
-                raise ValueError(f"faithfulness_skip_judges: not a judge label value: {judge!r}")
 
 
 # -- PromQL building blocks ------------------------------------------------------------------------

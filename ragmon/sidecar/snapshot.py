@@ -4,16 +4,15 @@ worst requests. ``ragmon.export.status`` renders it; the board is read on ragmon
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-
-from prometheus_client.metrics_core import Metric
 
 from ragmon import __version__
 from ragmon.config import Config
 from ragmon.export import status
+from ragmon.export.alerts import Thresholds, headline_k, holding
+from ragmon.export.windows import window_label
 from ragmon.export.exporter import RagMetrics
 from ragmon.groundtruth.prober import Probes
 from ragmon.judge.stage import JudgeStage
@@ -51,14 +50,24 @@ class StatusBoard:
     worst: status.Worst
     coverage: status.Coverage
 
-    async def sample_history(self, families: Sequence[Metric]) -> None:
-        """A scrape's point of the history, when one is due: read from the gauge families the
-        scrape has just collected (in a worker thread: they are immutable), kept on the loop
-        (the page reads the history there)."""
+    def _readings(self) -> tuple[status.MeanReadings, status.LatencyReadings]:
+        """Every window store's readings now (buffered values folded in first)."""
+        self.metrics.flush()
         now = self.clock()
-        if self.history.due(now):
-            rolling = await asyncio.to_thread(status.rolling_from_families, families)
-            self.history.sample(now, lambda: rolling)
+        return {gauge: store.read(now) for gauge, store in self.metrics.gauges.items()}, self.metrics.latency.read(now)
+
+    def sample_history(self) -> bool:
+        """One point of every rolling value's history, when one is due (the sidecar's timer
+        calls this every ``History.interval`` seconds); whether it added one."""
+        if not self.history.due(self.clock()):
+            return False
+        means, latency = self._readings()
+        return self.history.sample(self.clock(), lambda: status.read_rolling(means, latency, self.k))
+
+    @property
+    def k(self) -> int:
+        """The k of the per-k values shown (the demo's and the alerts' headline k)."""
+        return headline_k(self.config.scoring.k)
 
     def page(self) -> str:
         """A small HTML page: what ragmon listens on and what it has seen."""
@@ -85,23 +94,34 @@ class StatusBoard:
                 "default), so only latency, tokens and cost can be measured for them."
             )
         notes.extend(self.judge.notes())
-        if stats.records and stats.unlabelled == stats.records:
-            notes.append("No request carried relevance labels: retrieval quality needs ragmon.relevant_document_ids, a golden set, probes or feedback.")
-        return status.render(self.snapshot(rows, [*notes, *self.coverage.notes()]))
+        return status.render(self.snapshot(rows, notes, scored=stats.records > 0))
 
-    def snapshot(self, rows: list[tuple[str, str]], notes: list[str]) -> status.StatusSnapshot:
-        """What the status page shows now (rolling values read from the exporter's windows)."""
-        self.metrics.flush()
-        rolling = status.read_rolling(self.metrics.gauges, self.metrics.latency, self.clock())
-        self.history.sample(self.clock(), lambda: rolling)
+    def snapshot(self, rows: list[tuple[str, str]], notes: list[str], *, scored: bool = True) -> status.StatusSnapshot:
+        """What the status page shows now (rolling values read from the exporter's windows;
+        ``scored``: some request was scored, so each retrieval source without values says why)."""
+        means, latency = self._readings()
+        rolling = status.read_rolling(means, latency, self.k)
+        windows = sorted(self.config.scoring.windows)
+        short, long = window_label(windows[0]), window_label(windows[-1])
         shown = sorted(rolling)[: self.config.metrics.max_series]
+        everywhere = {name for values in rolling.values() for name in values}
+        sources = {name.rsplit(" ", 1)[1] for name in everywhere if name.startswith("MRR ")}
+        if scored:
+            notes = [*notes, *self._unmeasured_sources(sources, short)]
+        notes = [*notes, *self.coverage.notes()]
         judge = self.judge.judge.stats() if self.judge.judge is not None else None
         outcomes: Counter[str] = Counter()
         for (_, outcome), n in (judge.counts.items() if judge else ()):
             outcomes[outcome] += n
         return status.StatusSnapshot(
             rows=rows,
-            series=[status.SeriesView(s, v, rolling[s, v], self.history.of(s, v)) for s, v in shown],
+            series=[
+                status.SeriesView(s, v, rolling[s, v], self.history.of(s, v), {
+                    name: f"no value for this variant over the last {short} (other variants have one)"
+                    for name in everywhere - rolling[s, v].keys()
+                })
+                for s, v in shown
+            ],
             series_hidden=len(rolling) - len(shown),
             received=dict(self.ingest.spans_received),
             rejected=dict(self.ingest.spans_rejected),
@@ -113,4 +133,23 @@ class StatusBoard:
             ),
             probes={p.name: (p.last, dict(p.outcomes)) for p in self.probes.probers},
             worst=self.worst.entries(),
+            alerts=holding(means, latency, Thresholds(), self.k),
+            windows=(short, long),
+            k=self.k,
         )
+
+    def _unmeasured_sources(self, shown: set[str], window: str) -> list[str]:
+        """One line per relevance source with no retrieval value on the page, and why."""
+        cfg = self.config
+        why = {
+            "label": "no request carried relevance labels (ragmon.relevant_document_ids or ragmon.relevance)",
+            "golden": (f"no scored query matched the golden set ({cfg.scoring.golden})" if cfg.scoring.golden
+                       else "no golden set (scoring.golden)"),
+            "probe": ("no probe request scored yet" if self.probes.probers else "no probes ([[probes]])"),
+            "feedback": "no feedback joined to a scored request (POST /v1/feedback)",
+            "judge": ("no judged retrieval yet" if self.judge.judge is not None and "context_relevance" in cfg.judge.evaluators
+                      else "needs the LLM judge with context_relevance among judge.evaluators"),
+        }
+        return [f"retrieval quality from {source}: not measured over the last {window}: {reason}."
+                for source, reason in why.items() if source not in shown]
+

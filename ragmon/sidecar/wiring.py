@@ -80,6 +80,8 @@ class _Lifecycle:
     http: otlp_http.HttpReceiver | None = None
     grpc: grpc.aio.Server | None = None
     metrics: Listener | None = None
+    history: asyncio.Task[None] | None = None
+    """The status page's history timer (``Sidecar._sample_history``)."""
     caps: tuple[int, int] = (0, 0)
     """Connection caps in force: each OTLP receiver's, the metrics server's."""
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -121,6 +123,8 @@ class Sidecar:
     wall: Callable[[], float] = time.time
     """The wall clock: only for timestamps shown (exemplars, ``_created``, start time), never for
     a deadline, window or budget (those follow ``clock``), so a wall-clock step changes no value."""
+    history_interval: float = status.HISTORY_INTERVAL
+    """Seconds between two points of the status page's history (its timer)."""
     own_process: bool = False
     """Whether the process is ragmon's own (``ragmon run``): then a scrape holds the cycle
     collector off while it renders (``server.metrics_handler``)."""
@@ -145,7 +149,7 @@ class Sidecar:
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
         self._golden = golden
         pricer = Pricer.from_config(cfg)
-        self.history = status.History(max_series=cfg.metrics.max_series)
+        self.history = status.History(interval=self.history_interval, max_series=cfg.metrics.max_series)
         self.worst = status.Worst()
         self.coverage = status.Coverage()
         self.judge = JudgeStage(cfg.judge, (self.metrics, self.worst), cfg.scoring.k, pricer, self.clock, self.environ)
@@ -212,7 +216,6 @@ class Sidecar:
             token=self.config.metrics.token,
             status_page=self.board.page,
             ready=lambda: self.worker is not None and not self.worker.done(),
-            after_collect=self.board.sample_history,
             quiet_gc=self.own_process,
             limits=server.ScrapeLimits.from_config(self.config.metrics),
             stats=self.scrapes,
@@ -239,6 +242,16 @@ class Sidecar:
             raise listen_error("metrics.listen", *address, exc) from None
         self._life.metrics = listener
         return port
+
+    async def _sample_history(self) -> None:
+        """The status page's history: one point of every rolling value per interval, on a timer
+        (independent of page views and scrapes)."""
+        while True:
+            await asyncio.sleep(self.history.interval)
+            try:
+                self.board.sample_history()
+            except Exception:  # a bug here must not end the history for good, nor anything else
+                log.exception("could not sample the status page's history")
 
     def _otlp_address(self) -> tuple[str, int] | None:
         """The OTLP/HTTP receiver's listen host and bound port; None while it is off."""
@@ -311,6 +324,7 @@ class Sidecar:
         summary.append(f"golden set {cfg.scoring.golden} ({len(self._golden.by_text)} queries)" if self._golden is not None
                        else "no golden set")
         await self.probes.start()
+        life.history = asyncio.create_task(self._sample_history(), name="ragmon status history")
         probes = [f"{p.name} ({len(p.queries)} queries every {p.interval:g}s)" for p in self.probes.probers]
         summary.append(f"probes {', '.join(probes)}" if probes else "no probes")
 
@@ -361,6 +375,9 @@ class Sidecar:
 
     async def close(self) -> None:
         """Close the metrics server (requests in a handler get ``CLOSE_TIMEOUT``)."""
+        if self._life.history is not None:
+            self._life.history.cancel()
+            self._life.history = None
         if self._life.metrics is not None:
             await self._life.metrics.close()
             self._life.metrics = None
