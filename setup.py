@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import runpy
 import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +75,7 @@ if not COMPILED["switch"](COMPILED["BUILD_SWITCH"]):
         said = io.StringIO()
         try:
             with contextlib.redirect_stdout(said):  # mypy prints its errors there
-                compiled = mypycify(paths, opt_level="3", group_name="ragmon")
+                compiled = mypycify(paths, opt_level="3", group_name="ragmon", multi_file=True)
         except (SystemExit, Exception) as exc:  # mypy found an error in the source: run as Python
             why = first_error(said.getvalue()) if said.getvalue().strip() else f"{type(exc).__name__}: {exc}"
             say(f"not compiling the pipeline, mypyc refused it: {why}; the pipeline runs as Python")
@@ -82,19 +86,65 @@ for extension in extensions:
     extension.optional = True  # a failed compile is a warning (cythonize drops the flag)
 
 
+JOBS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+"""C files compiled at once: one per usable core."""
+
+
+@contextlib.contextmanager
+def parallel_compile(compiler: Any, jobs: int = JOBS) -> Iterator[None]:
+    """Compile the C files of one extension ``jobs`` at a time (distutils compiles them one after
+    another; mypyc's ``multi_file`` output is one file per module)."""
+    serial = compiler.compile
+
+    def compile(sources: list[str], output_dir: str | None = None, macros: Any = None, include_dirs: Any = None,
+                debug: bool = False, extra_preargs: Any = None, extra_postargs: Any = None, depends: Any = None) -> list[str]:
+        macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+            output_dir, macros, include_dirs, sources, depends, extra_postargs)
+        cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+        def one(obj: str) -> None:
+            src, ext = build[obj]
+            compiler._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+        with ThreadPoolExecutor(jobs) as pool:
+            list(pool.map(one, objects))
+        return list(objects)
+
+    compiler.compile = compile
+    try:
+        yield
+    finally:
+        compiler.compile = serial
+
+
 class AllOrNone(build_ext):
-    """Builds the extensions; when one of mypyc's fails, removes the others it built (a module
-    whose shared library is missing cannot be imported) so that every module runs as Python."""
+    """Builds the extensions, their C files in parallel; when one of mypyc's fails, removes the
+    others it built (a module whose shared library is missing cannot be imported) so that every
+    module runs as Python. Says in one line what it compiled, and in how long."""
 
     def build_extensions(self) -> None:
         self._mypyc_failed = False
-        super().build_extensions()
+        self._decoder_failed = False
+        started = time.monotonic()
+        with parallel_compile(self.compiler):
+            super().build_extensions()
         if self._mypyc_failed:
             for name in mypyc_names:
                 built = Path(self.get_ext_fullpath(name))
                 if built.exists():
                     built.unlink()
-            say("a compiled module failed to build; the pipeline runs as Python")
+        compiled: list[str] = []
+        python: list[str] = []
+        if any(e.name == "ragmon.otlp._walker" for e in self.extensions):
+            (python if self._decoder_failed else compiled).append("the protobuf decoder")
+        else:
+            python.append("the protobuf decoder (no Cython)")
+        if mypyc_names:
+            (python if self._mypyc_failed else compiled).append(f"the pipeline ({len(COMPILED['MODULES'])} modules)")
+        else:
+            python.append("the pipeline (mypyc refused it or is missing)")
+        said = f"compiled {' and '.join(compiled) or 'nothing'} in {time.monotonic() - started:.0f}s with {JOBS} job(s)"
+        say(said + (f"; {' and '.join(python)} run{'s' if len(python) == 1 else ''} as Python" if python else ""))
 
     def build_extension(self, ext: Any) -> None:
         if ext.name in mypyc_names and self._mypyc_failed:
@@ -106,6 +156,8 @@ class AllOrNone(build_ext):
             say(f"compiling {ext.name} failed ({compile_error(exc)}); {part} runs as Python")
             if ext.name in mypyc_names:
                 self._mypyc_failed = True
+            else:
+                self._decoder_failed = True
 
 
 setup(ext_modules=extensions, cmdclass={"build_ext": AllOrNone})

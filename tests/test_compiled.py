@@ -200,13 +200,14 @@ def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Pat
         cwd=tmp_path, env=environ | {"CC": str(cc)}, capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    said = [line for line in done.stderr.splitlines() if line.startswith("ragmon: ")]
+    said = [re.sub(r"\d+", "{}", line) if "compiled nothing" in line else line
+            for line in done.stderr.splitlines() if line.startswith("ragmon: ")]
     assert said == [
         "ragmon: compiling ragmon.otlp._walker failed (CompileError: the C compiler exited with 1, "
         "its message above); the protobuf decoder runs as Python",
         "ragmon: compiling ragmon.pipeline.assembly failed (CompileError: the C compiler exited with 1, "
         "its message above); the pipeline runs as Python",
-        "ragmon: a compiled module failed to build; the pipeline runs as Python",
+        "ragmon: compiled nothing in {}s with {} job(s); the protobuf decoder and the pipeline ({} modules) run as Python",
     ], done.stderr[-2000:]
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.so"))
     assert left == []

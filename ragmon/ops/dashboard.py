@@ -391,6 +391,7 @@ def _ragmon() -> list[Panel]:
         (_per_replica(cat.CONNECTIONS_OPEN.name, "instance, listener"), "{{instance}} open {{listener}}"),
         (_rate(cat.CONNECTIONS_REFUSED.total, "listener"), "refused / s {{listener}}"),
         (_rate(cat.CONNECTIONS_CLOSED.total, "listener, reason"), "closed / s {{listener}} {{reason}}"),
+        (_rate(cat.HTTP_REQUESTS_UNROUTED.total, "listener, reason"), "wrong path or method / s {{listener}} {{reason}}"),
     ]
     held = [
         (_per_replica(cat.QUEUE_SPANS.name), "{{instance}} queued spans"),
