@@ -38,6 +38,9 @@ def test_a_drop_fires_only_past_the_rules_drop(now: float, fires: bool) -> None:
 
 def test_too_few_observations_in_either_window_hold_nothing() -> None:
     assert holding({HIT: _pair(HIT, 0.1, 0.9, samples=T.min_queries - 1)}, [], T, 5) == []
+    thin_baseline = _pair(HIT, 0.1, 0.9, samples=T.min_queries)
+    thin_baseline[1] = WindowReading(thin_baseline[1].key, 3600.0, T.min_queries - 1, 0.9)
+    assert holding({HIT: thin_baseline}, [], T, 5) == []
     assert [h.alert for h in holding({HIT: _pair(HIT, 0.1, 0.9, samples=T.min_queries)}, [], T, 5)] == ["RagHitRateDrop"]
 
 

@@ -351,6 +351,11 @@ def test_the_page_names_the_unfaithful_answer_and_says_what_could_not_be_measure
     page, _ = get_page(car.ports.metrics or 0)
     assert "<p>1 of 6 requests: no document ids on retriever spans: set scoring.document_id" in page
     assert "<p>1 of 6 requests: model calls without token counts" in page
+    # shop / A carried no relevance labels: the retrieval values B has show as missing, with why
+    section = page.split("<h3>shop / A</h3>", 1)[1].split("</table>", 1)[0]
+    assert ("<tr><td>hit rate@5 label</td><td><span class='num'>—</span></td>"
+            "<td>no value for this variant over the last 5m (other variants have one)</td></tr>") in section
+    assert "<td>latency p95</td><td><span class='num'>" in section and "latency p95</td><td><span class='num'>—" not in section
     unfaithful = re.findall(r"<code>([0-9a-f]{32})</code></td><td>shop</td><td>A</td><td><span class='bad'>faithfulness 0\.00 ", page)
     assert sorted(unfaithful) == sorted([exporter.trace_ids[0], exporter.trace_ids[2]])
 
