@@ -4,7 +4,7 @@ Usage::
 
     python bench/ingest.py [--seconds 20] [--repeats 3] [--warmup 2] [--concurrency 4]
                            [--batches 200] [--spans-per-body 512] [--seed 0]
-                           [--shapes realistic,rag3]
+                           [--shapes realistic,rag3] [--doc-chars 300] [--io-chars N]
 
 ``--seconds 3 --repeats 1`` is a quick smoke run (about a minute in all).
 
@@ -27,6 +27,14 @@ bytes (a random marker and a zero "generation") and ends with 8 random bytes (so
 sampling, e.g. the judge's, picks its usual share); the load generator replaces the generation
 with a counter (one ``bytes.replace``) on every post, so no trace id is ever sent twice and
 traces never collide or count as late.
+
+Text sizes. ``--doc-chars`` sets each document's content (about that many characters, ±13%;
+0: the documents carry no content attribute), comma-separated sizes each measured in its own
+runs (``--doc-chars 0,300,2000``); ``--io-chars`` sets the model's user message (the retrieved
+context cut to fit, then the question) and its answer to about that many characters (default:
+the whole context, and answers of 150-450). The run ends with a table of CPU per span and per
+trace for each shape across the document sizes, with how much each grew from the smallest size,
+for ragmon and for the bare walk.
 
 Two trace shapes (``--shapes``), each measured in its own runs: ``realistic`` (the traces
 above, 6-10 spans, 8 on average) and ``rag3`` (3 spans, all read by ragmon: the root CHAIN, the
@@ -214,10 +222,14 @@ class _Pools:
     system_prompt: str
 
     @classmethod
-    def make(cls, rng: random.Random) -> _Pools:
+    def make(cls, rng: random.Random, doc_chars: int = 300, io_chars: int | None = None) -> _Pools:
+        """Documents of about ``doc_chars`` characters (±13%; 0: documents carry no content);
+        answers of about ``io_chars`` (None: 150-450)."""
         questions = [_sentence(rng, rng.randint(6, 14)).rstrip(".") + "?" for _ in range(400)]
-        answers = [_paragraph(rng, rng.randint(150, 450)) for _ in range(400)]
-        contents = [_paragraph(rng, rng.randint(260, 340)) for _ in range(2000)]
+        low, high = (150, 450) if io_chars is None else (io_chars * 87 // 100, io_chars * 113 // 100)
+        answers = [_paragraph(rng, rng.randint(low, high)) for _ in range(400)]
+        contents = [_paragraph(rng, rng.randint(doc_chars * 87 // 100, doc_chars * 113 // 100)) if doc_chars else ""
+                    for _ in range(2000)]
         system = ("You are the support assistant of Example Corp. Answer only from the context "
                   "below; cite the documents you used by id; if the context does not contain the "
                   "answer, say you do not know. Keep answers under 120 words.")
@@ -242,9 +254,11 @@ def _trace_sizes(rng: random.Random, total: int, shape: str = "realistic") -> li
     return sizes
 
 
-def build_traffic(batches: int, spans_per_body: int, seed: int, shape: str = "realistic") -> Traffic:
+def build_traffic(batches: int, spans_per_body: int, seed: int, shape: str = "realistic",
+                  doc_chars: int = 300, io_chars: int | None = None) -> Traffic:
     """Build ``batches`` bodies of ``spans_per_body`` spans (``rag3``: rounded down to a
-    multiple of 3) of ``shape`` traces with the OpenTelemetry SDK."""
+    multiple of 3) of ``shape`` traces with the OpenTelemetry SDK, with documents of about
+    ``doc_chars`` characters and model input and output of about ``io_chars`` (``_Pools``)."""
     if shape == "rag3":
         spans_per_body -= spans_per_body % RAG3
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -279,14 +293,14 @@ def build_traffic(batches: int, spans_per_body: int, seed: int, shape: str = "re
     )
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("openinference.instrumentation.llama_index", "3.1.0")
-    pools = _Pools.make(rng)
+    pools = _Pools.make(rng, doc_chars, io_chars)
     bodies: list[bytes] = []
     traces: list[int] = []
     clock_ns = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z; spans carry realistic durations
     for _ in range(batches):
         sizes = _trace_sizes(rng, spans_per_body, shape)
         for size in sizes:
-            _rag_trace(tracer, rng, pools, size, clock_ns)
+            _rag_trace(tracer, rng, pools, size, clock_ns, io_chars)
             clock_ns += rng.randint(5, 60) * 10**6
         spans = exporter.get_finished_spans()
         exporter.clear()
@@ -320,8 +334,10 @@ def _embedding(child: Any, http_client: Any, root: Any, rng: random.Random, ques
     return e_end
 
 
-def _rag_trace(tracer: Any, rng: random.Random, pools: _Pools, size: int, t0: int) -> None:
-    """One OpenInference RAG request of ``size`` spans, ending before ``t0`` + ~3 s."""
+def _rag_trace(tracer: Any, rng: random.Random, pools: _Pools, size: int, t0: int, io_chars: int | None = None) -> None:
+    """One OpenInference RAG request of ``size`` spans, ending before ``t0`` + ~3 s. The model's
+    user message holds the retrieved context and the question, cut to ``io_chars`` characters
+    when given."""
     from opentelemetry import trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -392,7 +408,7 @@ def _rag_trace(tracer: Any, rng: random.Random, pools: _Pools, size: int, t0: in
     scores = sorted((rng.uniform(0.55, 0.95) for _ in range(n_docs)), reverse=True)
     for i, (doc, content, score) in enumerate(zip(doc_ids, contents, scores)):
         page = doc.split("#")[0]
-        retriever.set_attributes({
+        document = {
             f"retrieval.documents.{i}.document.id": doc,
             f"retrieval.documents.{i}.document.score": round(score, 4),
             f"retrieval.documents.{i}.document.content": content,
@@ -400,7 +416,10 @@ def _rag_trace(tracer: Any, rng: random.Random, pools: _Pools, size: int, t0: in
                 "source": f"kb/handbook/{page}.md", "chunk": int(doc.rsplit("-", 1)[1]),
                 "updated_at": f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
                 "lang": "en", "tags": rng.sample(_WORDS, 2)}),
-        })
+        }
+        if not content:  # documents without text (--doc-chars 0)
+            del document[f"retrieval.documents.{i}.document.content"]
+        retriever.set_attributes(document)
     retriever.set_attribute("ragmon.relevant_document_ids", relevant)
     r_end = t + rng.randint(25, 160) * ms
     if "vector_db" in fillers:
@@ -417,6 +436,9 @@ def _rag_trace(tracer: Any, rng: random.Random, pools: _Pools, size: int, t0: in
     t = r_end
     context = "\n\n".join(f"[{d}] {c}" for d, c in zip(doc_ids[:5], contents[:5]))
     user = f"Context:\n{context}\n\nQuestion: {question}"
+    if io_chars is not None:
+        asked = f"\n\nQuestion: {question}"
+        user = f"Context:\n{context}"[: max(0, io_chars - len(asked))] + asked
     prompt_tokens, completion_tokens = len(pools.system_prompt + user) // 4, len(answer) // 4
     llm = child(root, "ChatOpenAI", t)
     llm.set_attributes({
@@ -1002,7 +1024,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="traffic seed")
     parser.add_argument("--shapes", default=",".join(SHAPES),
                         help=f"trace shapes, comma-separated (default {','.join(SHAPES)})")
+    parser.add_argument("--doc-chars", default="300",
+                        help="characters of each document's content, comma-separated sizes, each measured "
+                             "in its own runs (e.g. 0,300,2000; 0: no content attribute)")
+    parser.add_argument("--io-chars", type=int, default=None,
+                        help="characters of the model's user message and answer (default: the answer "
+                             "150-450, the user message all of the retrieved context)")
     args = parser.parse_args(argv)
+    try:
+        args.doc_chars = [int(n) for n in args.doc_chars.split(",") if n.strip()]
+    except ValueError:
+        parser.error("--doc-chars: comma-separated whole numbers")
+    if not args.doc_chars or any(n < 0 for n in args.doc_chars) or (args.io_chars is not None and args.io_chars < 40):
+        parser.error("--doc-chars: sizes >= 0; --io-chars: >= 40")
     args.shapes = [s for s in args.shapes.split(",") if s]
     if not args.shapes or any(s not in SHAPES for s in args.shapes):
         parser.error(f"--shapes: choose from {', '.join(SHAPES)}")
@@ -1013,10 +1047,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_shape(shape: str, args: argparse.Namespace) -> list[str]:
-    """Build ``shape``'s traffic, measure ``args.repeats`` pairs, print the table; the problems."""
-    traffic = build_traffic(args.batches, args.spans_per_body, args.seed, shape)
+@dataclass(frozen=True)
+class SizeResult:
+    """One shape at one document size: the medians of its runs."""
+
+    shape: str
+    doc_chars: int
+    cpu_span: dict[str, float]
+    cpu_trace: dict[str, float]
+    ratio: float
+    """Median over pairs of ragmon / baseline CPU per span."""
+
+
+def run_shape(shape: str, args: argparse.Namespace, doc_chars: int = 300) -> tuple[list[str], SizeResult]:
+    """Build ``shape``'s traffic with documents of ``doc_chars``, measure ``args.repeats`` pairs,
+    print the table; the problems and the figures."""
+    traffic = build_traffic(args.batches, args.spans_per_body, args.seed, shape, doc_chars, args.io_chars)
     spans = sum(traffic.spans)
+    shape_name = shape
+    shape = f"{shape} doc={doc_chars}"
     print(f"[{shape}] traffic: {args.batches} bodies x {traffic.spans[0]} spans = {spans:,} spans in "
           f"{sum(traffic.traces):,} traces ({spans / sum(traffic.traces):.1f} spans/trace), "
           f"{traffic.mean_body_bytes / 1e3:,.0f} kB a body; built with the OpenTelemetry SDK in "
@@ -1038,6 +1087,14 @@ def run_shape(shape: str, args: argparse.Namespace) -> list[str]:
                     print(f"    {kind}'s last stderr lines:\n{lines}", flush=True)
                 problems += r.problems
     print_table(results, traffic, args, shape)
+    pairs = [r.cpu_us_per_span / b.cpu_us_per_span for r, b in zip(results["ragmon"], results["baseline"])
+             if b.cpu_us_per_span and not math.isnan(r.cpu_us_per_span / b.cpu_us_per_span)]
+    figures = SizeResult(
+        shape_name, doc_chars,
+        {kind: median_or_nan([r.cpu_us_per_span for r in results[kind]]) for kind in SERVERS},
+        {kind: median_or_nan([r.cpu_us_per_trace for r in results[kind]]) for kind in SERVERS},
+        median_or_nan(pairs),
+    )
     last = results["ragmon"][-1]
     if last.final:
         f = last.final
@@ -1047,7 +1104,27 @@ def run_shape(shape: str, args: argparse.Namespace) -> list[str]:
               f"received; acknowledged by ragmon: {last.load.total_traces:,} traces, "
               f"{last.load.total_spans:,} spans; "
               f"{f.get('ragmon_requests_rejected_total', 0):,.0f} requests rejected")
-    return problems
+    return problems, figures
+
+
+def print_sizes(sizes: Sequence[SizeResult], io_chars: int | None) -> None:
+    """CPU per span and per trace of each shape across document sizes, and how it grows."""
+    print()
+    print(f"CPU across document sizes (model input/output: {io_chars if io_chars is not None else 'as built'} characters; "
+          "medians; growth: µs per span more than at the smallest size):")
+    head = (f"{'shape':<11}{'doc chars':>10}{'ragmon µs/span':>16}{'baseline':>10}{'ratio':>8}"
+            f"{'ragmon µs/trace':>17}{'baseline':>10}{'growth ragmon':>15}{'baseline':>10}")
+    print(head)
+    print("-" * len(head))
+    for shape in dict.fromkeys(s.shape for s in sizes):
+        rows = sorted((s for s in sizes if s.shape == shape), key=lambda s: s.doc_chars)
+        first = rows[0]
+        for s in rows:
+            print(f"{shape:<11}{s.doc_chars:>10,}{_fmt(s.cpu_span['ragmon'], '{:.1f}'):>16}"
+                  f"{_fmt(s.cpu_span['baseline'], '{:.1f}'):>10}{_fmt(s.ratio, '{:.2f}x'):>8}"
+                  f"{_fmt(s.cpu_trace['ragmon'], '{:.0f}'):>17}{_fmt(s.cpu_trace['baseline'], '{:.0f}'):>10}"
+                  f"{_fmt(s.cpu_span['ragmon'] - first.cpu_span['ragmon'], '{:+.1f}'):>15}"
+                  f"{_fmt(s.cpu_span['baseline'] - first.cpu_span['baseline'], '{:+.1f}'):>10}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1061,8 +1138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{version('aiohttp')}, protobuf {version('protobuf')}, opentelemetry-sdk "
           f"{version('opentelemetry-sdk')}; {os.cpu_count()} CPUs", flush=True)
     problems: list[str] = []
+    sizes: list[SizeResult] = []
     for shape in args.shapes:
-        problems += run_shape(shape, args)
+        for doc_chars in args.doc_chars:
+            found, figures = run_shape(shape, args, doc_chars)
+            problems += found
+            sizes.append(figures)
+    print_sizes(sizes, args.io_chars)
     if problems:
         print(f"{len(problems)} problem(s), see PROBLEM lines above")
         return 1

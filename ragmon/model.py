@@ -239,7 +239,7 @@ class RagRecord:
 
     ``retrieved`` is the ranking of the outermost retriever span with documents; ``reranked``
     the reranker's output when there was one. ``relevance`` (id -> grade) comes from
-    ``ragmon.relevant_document_ids`` / ``ragmon.groundtruth.relevance`` when the app attached them.
+    ``ragmon.relevant_document_ids`` / ``ragmon.relevance`` when the app attached them.
     ``stage_seconds`` sums the outermost spans of each stage whose duration is in range.
     ``content_recorded`` is False
     when the instrumentation recorded no message content (then only latency, tokens and

@@ -42,7 +42,7 @@ Rules (SPEC §4):
   ``gen_ai.output.messages``), else the last assistant message of the generation call that
   ended last;
 - ``stage_seconds``: the summed durations of the outermost spans of each stage;
-- ``relevance``: ``ragmon.groundtruth.relevance`` (JSON id -> integer grade) over
+- ``relevance``: ``ragmon.relevance`` (JSON id -> integer grade) over
   ``ragmon.relevant_document_ids`` (grade 1) on the chosen retriever span, another retriever
   span, else the root; ``reference_answer``: ``ragmon.reference_answer`` on the root;
 - ``variant``: ``options.variant_attribute`` on the root, then its resource, else ``"default"``;

@@ -408,7 +408,7 @@ def _relevance(chosen: _Node | None, retrievers: list[_Node], top: Span) -> dict
 
 
 def _labels(attributes: Attributes) -> dict[str, int] | None:
-    """``ragmon.relevant_document_ids`` (grade 1) merged under ``ragmon.groundtruth.relevance`` (id -> grade)."""
+    """``ragmon.relevant_document_ids`` (grade 1) merged under ``ragmon.relevance`` (id -> grade)."""
     ids, graded = attributes.get(RELEVANT_IDS), attributes.get(RELEVANCE)
     if ids is None and graded is None:
         return None
