@@ -17,6 +17,7 @@ from net_helpers import wait_until
 from server_helpers import LoopThread, call_soon, sidecar_thread
 from test_sidecar import PRICE, FakeClock, scrape, send_rag_traces
 
+from ragmon.sidecar.snapshot import missing_why
 from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config, JudgeConfig, MetricsConfig, ReceiverConfig
 from ragmon.conventions import ConventionOptions, read_trace
@@ -354,7 +355,7 @@ def test_the_page_names_the_unfaithful_answer_and_says_what_could_not_be_measure
     # shop / A carried no relevance labels: the retrieval values B has show as missing, with why
     section = page.split("<h3>shop / A</h3>", 1)[1].split("</table>", 1)[0]
     assert ("<tr><td>hit rate@5 label</td><td><span class='num'>—</span></td>"
-            "<td>no value for this variant over the last 5m (other variants have one)</td></tr>") in section
+            "<td>no request of this variant carried relevance labels over the last 5m (other variants have this value)</td></tr>") in section
     assert "<td>latency p95</td><td><span class='num'>" in section and "latency p95</td><td><span class='num'>—" not in section
     unfaithful = re.findall(r"<code>([0-9a-f]{32})</code></td><td>shop</td><td>A</td><td><span class='bad'>faithfulness 0\.00 ", page)
     assert sorted(unfaithful) == sorted([exporter.trace_ids[0], exporter.trace_ids[2]])
@@ -394,6 +395,21 @@ def test_a_value_other_variants_have_shows_as_missing_with_why() -> None:
         SeriesView("s", "B", {"MRR label": 0.4}, missing={"faithfulness llm": "no value for this variant over the last 5m"}),
     ], windows=("5m", "1h"), k=5))
     assert "<tr><td>faithfulness llm</td><td><span class='num'>—</span></td><td>no value for this variant over the last 5m</td></tr>" in page
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("hit rate@5 label", "no request of this variant carried relevance labels"),
+    ("MRR golden", "no query of this variant matched the golden set"),
+    ("NDCG@5 probe", "no probe request reached this variant"),
+    ("recall@5 feedback", "no feedback was joined to a request of this variant"),
+    ("precision@5 judge", "no retrieval of this variant was judged (the judge reads a 10% sample)"),
+    ("faithfulness llm", "no request of this variant was judged (the judge reads a 10% sample)"),
+    ("latency retrieval p95", "no request of this variant had a retrieval stage"),
+    ("feedback thumbs", "no 'thumbs' feedback for this variant"),
+    ("cost per request", "no priced model call in this variant's requests"),
+])
+def test_a_missing_value_says_why_for_its_kind(name: str, why: str) -> None:
+    assert missing_why(name, 0.1) == why
 
 
 def test_pairs_past_the_series_budget_are_counted_not_shown() -> None:

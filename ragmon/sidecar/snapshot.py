@@ -20,7 +20,7 @@ from ragmon.pipeline.assembly import TraceAssembler
 from ragmon.pipeline.queue import Pipeline
 from ragmon.receivers.ingest import IngestStats
 
-__all__ = ["Ports", "StatusBoard"]
+__all__ = ["Ports", "StatusBoard", "missing_why"]
 
 
 @dataclass(slots=True)
@@ -117,7 +117,7 @@ class StatusBoard:
             rows=rows,
             series=[
                 status.SeriesView(s, v, rolling[s, v], self.history.of(s, v), {
-                    name: f"no value for this variant over the last {short} (other variants have one)"
+                    name: f"{missing_why(name, self.config.judge.sample_rate)} over the last {short} (other variants have this value)"
                     for name in everywhere - rolling[s, v].keys()
                 })
                 for s, v in shown
@@ -153,3 +153,27 @@ class StatusBoard:
         return [f"retrieval quality from {source}: not measured over the last {window}: {reason}."
                 for source, reason in why.items() if source not in shown]
 
+
+def missing_why(name: str, sample_rate: float) -> str:
+    """Why one variant lacks a value others have (``status.value_name``'s names), with the
+    judge's ``sample_rate``."""
+    rate = f"the judge reads a {sample_rate:.0%} sample"
+    source = name.rsplit(" ", 1)[-1]
+    if name.startswith(("hit rate@", "recall@", "precision@", "NDCG@", "MRR ")):
+        return {
+            "label": "no request of this variant carried relevance labels",
+            "golden": "no query of this variant matched the golden set",
+            "probe": "no probe request reached this variant",
+            "feedback": "no feedback was joined to a request of this variant",
+            "judge": f"no retrieval of this variant was judged ({rate})",
+        }.get(source, "no scored retrieval from this source")
+    if name.startswith("latency "):
+        stage = name.split(" ")[1]
+        return "no request" if stage.startswith("p") else f"no request of this variant had a {stage} stage"
+    if name.startswith("feedback "):
+        return f"no '{source}' feedback for this variant"
+    if name == "cost per request":
+        return "no priced model call in this variant's requests"
+    if name == "error ratio":
+        return "no request"
+    return f"no request of this variant was judged ({rate})"
