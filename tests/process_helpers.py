@@ -12,6 +12,25 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+class OutputLines:
+    """Every line a process prints on stdout, read by a thread as they come."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
 PORT_LINE = re.compile(r"(metrics|OTLP/HTTP|OTLP/gRPC) on ([\d.]+):(\d+)")
 LOCAL_PORTS = '[receiver]\nhttp = "127.0.0.1:0"\ngrpc = "127.0.0.1:0"\n[metrics]\nlisten = "127.0.0.1:0"\n'
 """A configuration's start: every listener on a free port of 127.0.0.1."""

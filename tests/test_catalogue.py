@@ -5,13 +5,12 @@ the labels it gives them. The metrics reference's table is generated from it
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from test_docs_reference import hooks  # tools/docs_hooks.py, the MkDocs hook that generates the reference tables
 
 from ragmon.sidecar.wiring import Sidecar
 from ragmon.config import Config
@@ -163,15 +162,6 @@ def test_the_checks_see_a_wrong_name_or_label() -> None:
 # -- the documentation ------------------------------------------------------------------------------
 
 
-def _hooks() -> ModuleType:
-    """``tools/docs_hooks.py``, the MkDocs hook that generates the reference tables."""
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "tools" / "docs_hooks.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _table_rows(text: str) -> Iterator[tuple[list[str], str | None, list[str]]]:
     """(names, type or None, label names) of each row of the metric tables in ``text``: tables
     headed ``| metric | type | labels | … |`` (labels ``—``: none) or ``| metric | labels |``."""
@@ -205,7 +195,7 @@ def _check_rows(rows: list[tuple[list[str], str | None, list[str]]]) -> set[str]
 
 
 def test_the_generated_metrics_table_lists_every_family_with_its_type_labels_and_help() -> None:
-    table = _hooks().metrics_table()
+    table = hooks.metrics_table()
     rows = list(_table_rows(table))
     assert len(rows) == len(CATALOGUE)
     assert _check_rows(rows) == {_exposed(f) for f in CATALOGUE}
@@ -216,8 +206,8 @@ def test_the_generated_metrics_table_lists_every_family_with_its_type_labels_and
 def test_the_metrics_page_generates_the_table() -> None:
     page = PAGES[METRICS_PAGE]
     assert page.count("<!-- generated: metrics -->") == 1
-    rendered = _hooks().render(page)
-    assert _hooks().metrics_table() in rendered and "<!-- generated" not in rendered
+    rendered = hooks.render(page)
+    assert hooks.metrics_table() in rendered and "<!-- generated" not in rendered
 
 
 def test_the_docs_name_only_catalogue_series_with_their_labels() -> None:
@@ -234,7 +224,7 @@ def test_the_docs_name_only_catalogue_series_with_their_labels() -> None:
             assert labels.split(",") == list(_family(name).labels), (page, name)
         _check_rows(list(_table_rows(text)))
     assert len(mentioned) >= 60  # the pages were really read
-    rendered = _hooks().render(PAGES[METRICS_PAGE])
+    rendered = hooks.render(PAGES[METRICS_PAGE])
     undocumented = {_exposed(f) for f in CATALOGUE} - set(re.findall(r"\bragmon_\w+", rendered))
     assert not undocumented, f"{METRICS_PAGE} leaves out: {sorted(undocumented)}"
 

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -22,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
 from judge_server import judge_server_thread
+from process_helpers import OutputLines
 from ragmon.config import Config, JudgeConfig
 from ragmon.demo.corpus import build_corpus, generate, rerank, retrieve
 from ragmon.demo.run import demo_config
@@ -44,19 +44,8 @@ def _start(*args: str) -> subprocess.Popen[str]:
     )
 
 
-class _Output:
+class _Output(OutputLines):
     """Every line the demo prints, read by a thread (the test waits on them as they come)."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
 
     def metrics_port(self, timeout: float = 30.0) -> int:
         deadline = time.monotonic() + timeout
@@ -70,8 +59,8 @@ class _Output:
     def finish(self, timeout: float = 60.0) -> str:
         """Wait for the process to end; everything it printed."""
         self.process.wait(timeout)
-        self._reader.join(10)
-        return "".join(self.lines)
+        self.reader.join(10)
+        return self.text
 
 
 def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

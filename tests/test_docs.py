@@ -39,7 +39,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -48,6 +47,7 @@ from pathlib import Path
 
 import pytest
 from judge_server import judge_server_thread
+from process_helpers import OutputLines
 
 pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 
@@ -204,23 +204,8 @@ def free_port() -> int:
         return port
 
 
-class Output:
+class Output(OutputLines):
     """A process's merged output, read by a thread."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.lines)
 
     def wait_for(self, text: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -228,7 +213,7 @@ class Output:
             if text in self.text:
                 return True
             if self.process.poll() is not None:
-                self._reader.join(5)
+                self.reader.join(5)
                 return text in self.text
             time.sleep(0.1)
         return False
@@ -243,7 +228,7 @@ class Output:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
             code = None
-        self._reader.join(5)
+        self.reader.join(5)
         return code
 
 

@@ -22,7 +22,7 @@ from ragmon.export.exporter import MAX_BUFFERED, RagMetrics
 from ragmon.model import LlmCall, ModelCalls, Offer, RagRecord, Span, Trace
 from ragmon.pipeline.queue import _SLICE, Pipeline, PipelineStats
 from ragmon.scoring.pricing import Pricer
-from ragmon.scoring.records import PricedCall, RecordScorer, RecordScores, RetrievalScore, price_calls, score_record
+from ragmon.scoring.records import PricedCall, RecordScorer, RecordScores, RetrievalScore
 
 
 def _pipeline_args(max_spans: int = 5, max_bytes: int = 1000) -> dict[str, Any]:

@@ -276,9 +276,6 @@ def bearer_guard(token: str, paths: Collection[str] = GUARDED_PATHS) -> Middlewa
     return guard
 
 
-WILDCARDS = frozenset({"0.0.0.0", "::", ""})
-
-
 def misrouted(otlp: Callable[[], tuple[str, int] | None]) -> Hint:
     """The metrics port's answer to a path or method it does not serve (``net.routes.Unrouted``):
     OTLP sent here is pointed at the receiver, ``otlp()`` (its listen host and bound port; None
@@ -291,7 +288,7 @@ def misrouted(otlp: Callable[[], tuple[str, int] | None]) -> Hint:
             if receiver is None:
                 return "this is ragmon's metrics port, and its OTLP/HTTP receiver is off (receiver.http)"
             host, port = receiver
-            where = local_base(request, port) if host in WILDCARDS else f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            where = local_base(request, port, host)
             return f"this is ragmon's metrics port: send OTLP/HTTP traces to {where}{request.path if request.path in ('/v1/traces', '/v1/feedback') else '/v1/traces'}"
         if status == 405:
             return f"{request.method} is not served here: GET {base}/metrics, /healthz, /readyz or / (the status page)"

@@ -130,14 +130,18 @@ class JudgeStage(Worker):
         """Which requests the lexical estimate reads: a sample, at ``judge.sample_rate``."""
         if not self._config.send_documents:
             return "no lexical estimate (judge.send_documents = false)"
-        return (f"faithfulness estimated on a {self._config.sample_rate:.0%} sample of requests "
-                f"(judge.sample_rate {self._config.sample_rate:g}) and every probe's")
+        return f"faithfulness estimated on {self._sample()}"
+
+    def _sample(self) -> str:
+        """The requests the judge (or the lexical estimate) reads."""
+        rate = self._config.sample_rate
+        return f"a {rate:.0%} sample of requests (judge.sample_rate {rate:g}) and every probe's"
 
     def notes(self) -> list[str]:
         """For the status page: which share of requests the judged scores read, and why configured
         generation scores are absent."""
         cfg = self._config
-        rate = f"a {cfg.sample_rate:.0%} sample of requests (judge.sample_rate {cfg.sample_rate:g}) and every probe's"
+        rate = self._sample()
         if self.judge is not None:
             out = [f'judged scores (judge="llm") read {rate}.']
             off = [e for e in ("faithfulness", "context_relevance") if e in cfg.evaluators]

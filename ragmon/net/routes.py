@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import Metric
 from ragmon import catalogue as cat
 from ragmon.net.ratelog import RateLimitedLog, format_peer, held_back
 
-__all__ = ["LISTENERS", "REASONS", "Hint", "Unrouted", "local_base"]
+__all__ = ["LISTENERS", "REASONS", "WILDCARDS", "Hint", "Unrouted", "local_base"]
 
 LISTENERS = ("metrics", "otlp_http")
 REASONS = ("unknown_path", "wrong_method")
@@ -38,13 +38,18 @@ Hint = Callable[[web.Request, int], str]
 """What a misrouted request (and its status, 404 or 405) should have been: one line naming the URL to use."""
 
 
-def local_base(request: web.Request, port: int | None = None) -> str:
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+"""Listen hosts that stand for every address: a URL names the one the client reached instead."""
+
+
+def local_base(request: web.Request, port: int | None = None, host: str | None = None) -> str:
     """``http://host:port`` of the address the client reached (the socket's, never the Host
-    header's), with another ``port`` when given."""
+    header's), with another ``port`` and a listen ``host`` (unless a wildcard) when given."""
     sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
-    host, own = (str(sockname[0]), int(sockname[1])) if isinstance(sockname, tuple) and len(sockname) >= 2 else ("localhost", 0)
-    host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{port if port is not None else own}"
+    reached, own = (str(sockname[0]), int(sockname[1])) if isinstance(sockname, tuple) and len(sockname) >= 2 else ("localhost", 0)
+    name = reached if host is None or host in WILDCARDS else host
+    name = f"[{name}]" if ":" in name else name
+    return f"http://{name}:{port if port is not None else own}"
 
 
 @dataclass
