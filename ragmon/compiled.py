@@ -22,14 +22,10 @@ with a one-line warning naming the variable):
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec
-from pathlib import Path
 from types import ModuleType
 
 MODULES: tuple[str, ...] = (
@@ -64,8 +60,9 @@ error; its kernels are here) and modules whose tests replace their functions
 (``ragmon.scoring.pricing``)."""
 
 
-_LOG = logging.getLogger("ragmon.compiled")
-"""One line per misspelt switch (logging's last-resort handler prints it bare before logging is set up)."""
+_LOGGER = "ragmon.compiled"
+"""One line per misspelt switch (logging's last-resort handler prints it bare before logging is
+set up; ``logging`` is imported only then, as this module loads with every command)."""
 
 PIPELINE_SWITCH = "RAGMON_PIPELINE"
 DECODER_SWITCH = "RAGMON_DECODER"
@@ -80,7 +77,9 @@ def switch(variable: str, environ: Mapping[str, str] = os.environ) -> bool:
     if value in ON_WORDS:
         return True
     if value not in OFF_WORDS:
-        _LOG.warning(
+        import logging
+
+        logging.getLogger(_LOGGER).warning(
             "ragmon: %s=%r is not one of %s (on) or %s (off): taken as off",
             variable, environ[variable], ", ".join(sorted(ON_WORDS)), ", ".join(sorted(OFF_WORDS - {""})),
         )
@@ -107,7 +106,7 @@ def pipeline() -> str:
     return "compiled" if len(compiled_modules()) == len(MODULES) else "python"
 
 
-class _SourceFinder(importlib.abc.MetaPathFinder):
+class _SourceFinder:
     """Finds the modules of ``MODULES`` as their ``.py`` source, before the compiled ones."""
 
     def find_spec(
@@ -115,7 +114,10 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
     ) -> ModuleSpec | None:
         if fullname not in MODULES:
             return None
-        source = Path(__file__).resolve().parent.joinpath(*fullname.split(".")[1:]).with_suffix(".py")
+        import importlib.util
+
+        package = os.path.dirname(os.path.realpath(__file__))
+        source = os.path.join(package, *fullname.split(".")[1:]) + ".py"
         return importlib.util.spec_from_file_location(fullname, source)
 
 

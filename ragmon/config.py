@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from ragmon import defaults
 from ragmon.errors import ConfigError
 from ragmon.formats.jsonpath import parse_path
 from ragmon.model import EVALUATORS
@@ -375,12 +376,12 @@ _WINDOWS = ("5m", "1h")
 class ScoringConfig(_Section):
     """``[scoring]``: retrieval metrics and windows."""
 
-    k: tuple[int, ...] = _setting((1, 3, 5, 10), _cut_offs)
+    k: tuple[int, ...] = _setting(defaults.K, _cut_offs)
     windows: tuple[float, ...] = field(
         default=tuple(parse_duration(w) for w in _WINDOWS), metadata={"rule": _windows, "toml": _WINDOWS},
     )
     """Rolling windows in seconds (written as durations)."""
-    document_id: tuple[str, ...] = _setting(("document.id",), _places)
+    document_id: tuple[str, ...] = _setting(defaults.DOCUMENT_ID, _places)
     variant_attribute: str = _setting("ragmon.variant", _attribute)
     golden: str = ""
 

@@ -24,6 +24,10 @@ which must be an ``httpx`` error to pass through the openai client).
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_JUDGE",
+    "EXIT_OK",
+    "EXIT_THRESHOLD",
+    "EXIT_USAGE",
     "BodyTooLargeError",
     "ConfigError",
     "DecodeError",
@@ -118,3 +122,8 @@ class FeedbackError(RagmonError):
 class ListenError(RagmonError):
     """A configured address cannot be listened on: ``str()`` is one line naming the setting and the
     address (``metrics.listen 0.0.0.0:9464 is in use``)."""
+
+
+EXIT_OK, EXIT_THRESHOLD, EXIT_USAGE, EXIT_JUDGE = 0, 1, 2, 3
+"""The commands' exit codes: passed; a threshold failed; bad input or usage; judgements failed
+beyond ``--max-judge-failures`` (a run whose judge failed must not pass for one whose answers did)."""

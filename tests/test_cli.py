@@ -873,7 +873,7 @@ def test_compare_prints_a_lone_surrogate_query_id_escaped(tmp_path: Path) -> Non
 def test_client_libraries_log_at_warning_even_at_debug() -> None:
     import logging
 
-    from ragmon.cli import QUIET_LOGGERS, configure_logging
+    from ragmon.sidecar.logs import QUIET_LOGGERS, configure_logging
 
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
@@ -889,3 +889,38 @@ def test_client_libraries_log_at_warning_even_at_debug() -> None:
         root.setLevel(level)
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+# --------------------------------------------------------------------------------------------
+# what each command imports
+
+
+def _loaded(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter holds after running ``code``."""
+    script = f"import sys\n{code}\nprint(' '.join(m for m in {modules!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    return done.stdout.split()
+
+
+HEAVY = ("numpy", "openai", "grpc", "aiohttp", "prometheus_client", "google.protobuf", "sqlite3", "genai_prices",
+         "ragmon.config", "ragmon.metrics", "ragmon.offline.files", "ragmon.offline.command", "ragmon.sidecar.wiring")
+
+
+def test_the_command_line_loads_only_what_a_command_needs() -> None:
+    """``ragmon --version`` and ``--help`` build the whole parser from light modules (the
+    offline readers, the metrics, numpy, the receivers and the configuration load with the
+    command that needs them), and ``import ragmon`` loads no metric until one is asked for."""
+    assert _loaded("import ragmon.cli\nragmon.cli._build_parser().format_help()", HEAVY) == []
+    assert _loaded("import ragmon", HEAVY) == []
+    assert _loaded("import ragmon\nragmon.hit_rate", HEAVY) == ["numpy", "ragmon.metrics"]
+    assert "ragmon.offline.command" in _loaded("import ragmon.cli\nragmon.cli.main(['eval', '/nonexistent.jsonl'])", HEAVY)
+
+
+def test_the_package_names_its_metrics_lazily() -> None:
+    import ragmon
+    import ragmon.metrics
+
+    assert {"hit_rate", "ndcg_at_k", "BatchScores", "__version__"} <= set(dir(ragmon))
+    assert ragmon.ndcg_at_k is ragmon.metrics.ndcg_at_k
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        ragmon.nope  # noqa: B018

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ragmon"
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("errors.py", "numbers.py", "model.py", "catalogue.py", "compiled.py"),
+    ("errors.py", "numbers.py", "model.py", "catalogue.py", "compiled.py", "defaults.py"),
     ("formats/", "metrics/", "otlp/"),
     ("config.py", "__init__.py"),
     ("conventions/", "scoring/", "net/"),

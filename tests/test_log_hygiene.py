@@ -21,7 +21,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from process_helpers import LOCAL_PORTS, RagmonProcess
 from test_sidecar import send_rag_traces
 
-from ragmon.cli import QUIET_LOGGERS, configure_logging, mask_credentials
+from ragmon.judge.endpoint import mask_credentials
+from ragmon.sidecar.logs import QUIET_LOGGERS, configure_logging
 
 pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
 

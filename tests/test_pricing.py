@@ -586,10 +586,46 @@ def _modules_after(code: str) -> set[str]:
     return set(done.stdout.split())
 
 
-def test_the_price_table_is_imported_by_a_pricer_not_by_the_command_line() -> None:
-    """genai-prices takes about half a second to import: the command line (``eval``,
-    ``--version``) does not pay it, and a ``Pricer`` pays it when made, so ``ragmon run``
-    pays it at start-up, never on the event loop at the first unknown model."""
+def test_the_price_table_is_imported_when_warmed_or_first_needed_not_by_the_command_line() -> None:
+    """genai-prices takes about a fifth of a second to import: the command line (``eval``,
+    ``--version``, ``run`` before its ports open) does not pay it and neither does making a
+    ``Pricer``; ``warm`` (``ragmon run`` calls it in a thread once it listens) or the first
+    package lookup does."""
     assert not any(m.startswith("genai_prices") for m in _modules_after("import ragmon.cli, ragmon.sidecar.process"))
-    made = _modules_after("from ragmon.scoring.pricing import Pricer\nPricer()")
-    assert {"genai_prices.data", "genai_prices.data_snapshot", "genai_prices.types"} <= made
+    table = {"genai_prices.data", "genai_prices.data_snapshot", "genai_prices.types"}
+    assert not table & _modules_after("from ragmon.scoring.pricing import Pricer\nPricer()")
+    assert table <= _modules_after("from ragmon.scoring.pricing import Pricer\nPricer().warm()")
+    assert table <= _modules_after("from ragmon.scoring.pricing import Pricer\nPricer().price('gpt-4o-mini', None, 1, 1)")
+    assert not table & _modules_after("from ragmon.scoring.pricing import Pricer\nPricer(package_table=False).warm()")
+
+
+def test_a_pricer_loads_its_table_once_and_warm_means_loaded() -> None:
+    pricer = Pricer()
+    assert not pricer.loaded
+    pricer.warm()
+    assert pricer.loaded
+    first = pricer._table()
+    pricer.warm()
+    assert pricer._table() is first
+    assert pricer.price("gpt-4o-mini", "openai", 10, 10).source == "table"
+    assert not Pricer(package_table=False).loaded
+
+
+def test_threads_asking_at_once_share_one_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    pricer = Pricer()
+    made: list[object] = []
+    real = Pricer._new_snapshot
+
+    def slow(self: Pricer) -> object:
+        time.sleep(0.05)
+        made.append(real(self))
+        return made[-1]
+
+    monkeypatch.setattr(Pricer, "_new_snapshot", slow)
+    threads = [threading.Thread(target=pricer.warm) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and pricer._table() is made[0]
+

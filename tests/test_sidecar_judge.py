@@ -3,6 +3,7 @@ against a scripted OpenAI-compatible server, exact judge series on the scraped `
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import subprocess
 import sys
@@ -251,3 +252,19 @@ def test_the_openai_client_is_imported_only_with_an_endpoint(base_url: str, impo
     done = subprocess.run([sys.executable, "-c", code, base_url], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["llm" if imported else "lexical", str(imported)]
+
+
+def test_a_started_sidecar_loads_the_table_after_its_ports_open() -> None:
+    """``Sidecar.start`` opens its ports without the table, then loads it in a thread."""
+    async def scenario() -> tuple[bool, bool]:
+        car = Sidecar(Config(receiver=ReceiverConfig(http="", grpc=""), metrics=MetricsConfig(listen="")), environ={})
+        before = car.pricer.loaded
+        await car.start()
+        try:
+            assert car._life.prices is not None
+            await car._life.prices
+            return before, car.pricer.loaded
+        finally:
+            await car.stop()
+
+    assert asyncio.run(scenario()) == (False, True)

@@ -21,7 +21,7 @@ from typing import Any
 from ragmon.config import config_from_mapping, load_config
 from ragmon.errors import ConfigError, UsageError
 from ragmon.offline.agreement import Agreement, read_human_labels
-from ragmon.offline.cache import DEFAULT_CACHE
+from ragmon.offline.options import DEFAULT_CACHE
 from ragmon.offline.details import summary
 from ragmon.offline.evaluate import EvalReport, Threshold, evaluate as evaluate_report, parse_ks, parse_threshold
 from ragmon.offline.files import read_records, records_from_objects

@@ -23,10 +23,8 @@ from ragmon.judge.prompts import Evaluator, build_judge_request
 from ragmon.model import RagRecord, RetrievedDocument
 from ragmon.offline.details import Details
 
-__all__ = ["CACHE_NONCE", "DEFAULT_CACHE", "JudgeCache", "cache_key", "prompt_fingerprint"]
+__all__ = ["CACHE_NONCE", "JudgeCache", "cache_key", "prompt_fingerprint"]
 
-DEFAULT_CACHE: Final = os.path.join(".ragmon-cache", "judge.sqlite3")
-"""Where ``ragmon eval --judge`` keeps judgements unless ``--cache`` says otherwise."""
 CACHE_NONCE: Final = "ragmoncachekey00"
 """The data-tag name of the sample request the prompts' fingerprint is computed from (never sent)."""
 _VERSION: Final = 2

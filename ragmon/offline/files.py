@@ -17,10 +17,8 @@ from ragmon.offline.schemas import FieldWarnings, Schema, detect, schema_named
 from ragmon.offline.tables import array_rows, csv_rows, decode_cells, parquet_rows
 from ragmon.offline.trec import is_trec_run, read_trec_run
 
-__all__ = ["SCHEMA_CHOICES", "Container", "container", "read_records", "records_from_objects"]
+__all__ = ["Container", "container", "read_records", "records_from_objects"]
 
-SCHEMA_CHOICES: Final = ("auto", "ragmon", "ragas", "deepeval")
-"""``--schema``: told from each file's first record (``auto``), or forced."""
 _SNIFF_BYTES: Final = 64 << 10
 
 Container = Literal["jsonl", "array", "csv", "parquet", "trec"]
@@ -110,7 +108,7 @@ def read_records(
     trace dump (one request per line, or one pretty-printed request); ``InputError`` names the
     line or row of the first problem.
 
-    ``schema`` is one of ``SCHEMA_CHOICES``; ``warn`` gets one line per key a file's records
+    ``schema`` is one of ``ragmon.offline.options.SCHEMA_CHOICES``; ``warn`` gets one line per key a file's records
     carry that ragmon ignores. ``document_id`` says where a trace dump's document ids come from
     (``[scoring] document_id``).
     """

@@ -14,9 +14,8 @@ from ragmon.offline.evaluate import HIGHER_IS_WORSE, EvalReport
 from ragmon.offline.generation import GenerationReport, MetricResults
 from ragmon.offline.per_record import RecordResult, worst
 
-__all__ = ["FORMATS", "render_eval", "render_compare", "eval_json", "compare_json", "generation_json"]
+__all__ = ["render_eval", "render_compare", "eval_json", "compare_json", "generation_json"]
 
-FORMATS = ("table", "json", "markdown")
 _MAX_LISTED = 10
 
 
@@ -259,7 +258,7 @@ def render_eval(
     worst_count: int = 5,
     agreement: Mapping[str, Agreement] | None = None,
 ) -> str:
-    """Render an eval report in one of ``FORMATS``; the table and markdown end with the
+    """Render an eval report in one of ``ragmon.offline.options.FORMATS``; the table and markdown end with the
     ``worst_count`` worst ``results`` per judged metric, and ``agreement`` when given."""
     if fmt == "json":
         return json.dumps(eval_json(report, agreement), ensure_ascii=False)
@@ -349,7 +348,7 @@ def _compare_notes(c: Comparison) -> list[str]:
 
 
 def render_compare(comparison: Comparison, fmt: str) -> str:
-    """Render a comparison in one of ``FORMATS``."""
+    """Render a comparison in one of ``ragmon.offline.options.FORMATS``."""
     if fmt == "json":
         return json.dumps(compare_json(comparison), ensure_ascii=False)
     header = ["metric", "A", "B", "B − A", "p", "95% CI of B − A"]

@@ -39,6 +39,7 @@ import bisect
 import functools
 import math
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -292,7 +293,8 @@ class Pricer:
     (see the module docstring). ``cache_size`` bounds the lookup cache.
 
     Thread-safe: lookups go through ``functools.lru_cache``; a lookup may be computed twice
-    under contention, with the same result.
+    under contention, with the same result. The package table loads once, on ``warm`` or the
+    first package lookup (a lookup during a load waits for it).
     """
 
     def __init__(
@@ -323,7 +325,9 @@ class Pricer:
         self._package_table = package_table
         self._default_at = default_at
         self._cache_size = cache_size
-        self._snapshot = self._new_snapshot()
+        self._snapshot: DataSnapshot | None = None
+        """Loaded on the first package lookup or by ``warm`` (genai-prices takes ~0.2 s to import)."""
+        self._loading = threading.Lock()
         self._snapshot_misses = 0
         self._lookup = functools.lru_cache(
             maxsize=cache_size
@@ -392,6 +396,27 @@ class Pricer:
             return None
         return _TableRate(found[0], found[1], self._default_at)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the package table is loaded (``warm`` or a package lookup loads it)."""
+        return self._snapshot is not None
+
+    def warm(self) -> None:
+        """Load the package table now (imports genai-prices), so no lookup waits for it:
+        ``ragmon run`` calls it in a thread once its listeners are up."""
+        if self._package_table:
+            self._table()
+
+    def _table(self) -> DataSnapshot:
+        """The package table's snapshot, loaded once (a concurrent first call waits for it)."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            with self._loading:
+                snapshot = self._snapshot
+                if snapshot is None:
+                    snapshot = self._snapshot = self._new_snapshot()
+        return snapshot
+
     def _new_snapshot(self) -> DataSnapshot:
         """Our own snapshot of the bundled data, never the process-global (auto-updatable) one."""
         from genai_prices.data import providers
@@ -417,7 +442,7 @@ class Pricer:
         if self._snapshot_misses > self._cache_size:
             self._snapshot = self._new_snapshot()
             self._snapshot_misses = 0
-        snapshot = self._snapshot
+        snapshot = self._table()
         pid = self._known_provider(snapshot, _provider_id(provider))
         attempts: list[tuple[str | None, str]] = [(pid, model)]
         if "/" in model:

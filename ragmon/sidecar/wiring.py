@@ -82,6 +82,8 @@ class _Lifecycle:
     metrics: Listener | None = None
     history: asyncio.Task[None] | None = None
     """The status page's history timer (``Sidecar._sample_history``)."""
+    prices: asyncio.Future[None] | None = None
+    """The price table loading in a thread once the listeners are up (``Sidecar._warm_prices``)."""
     caps: tuple[int, int] = (0, 0)
     """Connection caps in force: each OTLP receiver's, the metrics server's."""
     drained: asyncio.Event = field(default_factory=asyncio.Event)
@@ -148,7 +150,7 @@ class Sidecar:
         self.assembler = TraceAssembler.from_config(cfg.traces)
         golden: Qrels | None = read_qrels(cfg.scoring.golden) if cfg.scoring.golden else None
         self._golden = golden
-        pricer = Pricer.from_config(cfg)
+        self.pricer = pricer = Pricer.from_config(cfg)
         self.history = status.History(interval=self.history_interval, max_series=cfg.metrics.max_series)
         self.worst = status.Worst()
         self.coverage = status.Coverage()
@@ -325,8 +327,18 @@ class Sidecar:
                        else "no golden set")
         await self.probes.start()
         life.history = asyncio.create_task(self._sample_history(), name="ragmon status history")
+        life.prices = asyncio.get_running_loop().run_in_executor(None, self._warm_prices)
         probes = [f"{p.name} ({len(p.queries)} queries every {p.interval:g}s)" for p in self.probes.probers]
         summary.append(f"probes {', '.join(probes)}" if probes else "no probes")
+
+    def _warm_prices(self) -> None:
+        """Load genai-prices' table (~0.2 s of imports) in a thread after start, not before the
+        ports open: no call is priced before a trace's grace has passed, and a lookup that comes
+        first waits for the load (``Pricer.warm``). A failure is logged; lookups try again."""
+        try:
+            self.pricer.warm()
+        except Exception:  # a broken install: every lookup will raise it again, where it is counted
+            log.exception("the genai-prices table did not load")
 
     async def stop_ingest(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Stop probing and accepting OTLP: listening sockets closed, new requests answered 503
