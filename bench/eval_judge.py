@@ -52,6 +52,7 @@ from ragmon.offline.evaluate import evaluate  # noqa: E402
 from ragmon.offline.files import read_records  # noqa: E402
 from ragmon.offline.judging import judge_records  # noqa: E402
 from ragmon.offline.report import eval_json  # noqa: E402
+from ragmon.offline.scan import scan_run  # noqa: E402
 from ragmon.scoring.pricing import Pricer  # noqa: E402
 
 
@@ -88,7 +89,7 @@ async def measure(port: int, concurrency: int, latency: float, seconds: float, s
         records = list(read_records(str(run)))
         client = JudgeClient(JudgeEndpoint(config.base_url, "bench"), config.model, config.timeout)
         generation = await judge_records(records, config, client, Pricer({}), cache=cache, rng=random.Random(seed))
-        report = eval_json(evaluate([str(run)], records, None, (1, 5), (), generation))
+        report = eval_json(evaluate([str(run)], scan_run(records, None, (1, 5)), (), generation))
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         cache.close()
     return n / elapsed, cpu / n, n, int(report["judged"]["faithfulness"]["scored"])

@@ -55,9 +55,17 @@ def as_id(value: Any, what: str) -> str:
 
 
 def id_list(value: Any, key: str) -> list[str]:
+    """A JSON list of ids as strings (integers written as decimals); a list of strings alone is
+    returned as it is, not copied."""
     if not isinstance(value, list):
         raise ValueError(f'"{key}" must be a list of ids, got {type(value).__name__}')
+    if set(map(type, value)) <= _STR:
+        return value
     return [as_id(v, f'each id in "{key}"') for v in value]
+
+
+_STR = frozenset({str})
+_INT = frozenset({int})
 
 
 def optional_str(obj: Mapping[str, Any], key: str) -> str | None:
@@ -79,6 +87,9 @@ def parse_labels(obj: Mapping[str, Any]) -> dict[str, int] | None:
         relevance = obj["relevance"]
         if not isinstance(relevance, dict):
             raise ValueError(f'"relevance" must be an object id -> grade, got {type(relevance).__name__}')
+        values = relevance.values()
+        if set(map(type, values)) <= _INT and (not values or (min(values) >= 0 and max(values) <= MAX_COUNT)):
+            return relevance  # every grade a plain whole number in range: as it is (keys are JSON's: strings)
         grades: dict[str, int] = {}
         for doc, raw in relevance.items():
             grade = None if isinstance(raw, str) else as_grade(raw)

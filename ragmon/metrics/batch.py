@@ -12,7 +12,7 @@ import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import compress, count, islice, repeat
 from typing import Any
 
 import numpy as np
@@ -93,12 +93,10 @@ _PLAIN_NUMBERS = frozenset({int, float})
 
 
 def _first_relevant(ranking: Sequence[DocId], grades: Mapping[Any, float]) -> int:
-    """1-based rank of the first relevant document in the deduplicated ranking, 0 if none."""
-    positive = {doc for doc, grade in grades.items() if grade > 0}
-    doc = next(filter(positive.__contains__, ranking), None)
-    if doc is None:
-        return 0
-    return len(dict.fromkeys(ranking[: ranking.index(doc) + 1]))
+    """1-based rank of the first relevant document in the deduplicated ranking, 0 if none
+    (grades are validated: >= 0, so relevant is truthy)."""
+    at = next(compress(count(1), map(grades.get, ranking, repeat(0))), 0)
+    return len(dict.fromkeys(ranking[:at])) if at else 0
 
 
 def encode(
@@ -119,7 +117,7 @@ def encode(
     num_relevant = np.zeros(n, dtype=np.int64)
     for i, (ranking, relevance) in enumerate(zip(rankings, relevances)):
         grades = _grades(relevance)
-        best = [grade for grade in grades.values() if grade > 0]
+        best = list(filter(None, grades.values()))  # grades are >= 0: the relevant ones are truthy
         if not best:
             gain_rows.append([])
             ideal_rows.append([])
@@ -132,7 +130,7 @@ def encode(
             head = dict.fromkeys(islice(dict.fromkeys(ranking), depth))
         row = list(map(grades.get, head, repeat(0)))
         gain_rows.append(row)
-        rank = next((r for r, grade in enumerate(row, start=1) if grade > 0), 0)
+        rank = next(compress(count(1), row), 0)
         if rank == 0 and len(ranking) > len(row):
             rank = _first_relevant(ranking, grades)
         first[i] = rank

@@ -25,9 +25,10 @@ from ragmon.offline.options import DEFAULT_CACHE
 from ragmon.offline.details import summary
 from ragmon.offline.evaluate import EvalReport, Threshold, evaluate as evaluate_report, parse_ks, parse_threshold
 from ragmon.offline.files import read_records, records_from_objects
-from ragmon.offline.generation import GenerationReport, lexical_estimates
+from ragmon.offline.generation import GenerationReport
 from ragmon.offline.per_record import RecordResult, judge_agreement, record_results
 from ragmon.offline.records import EvalRecord, read_qrels
+from ragmon.offline.scan import scan_run
 
 __all__ = ["Evaluation", "JudgeSettings", "evaluate"]
 
@@ -182,11 +183,12 @@ def evaluate(
     if human is not None and settings is None:
         raise UsageError("human labels need a judge (agreement is the judge's with the labels)")
     labels = None if human is None else read_human_labels(os.fspath(human))
-    generation = lexical_estimates(run) if settings is None else _judged(run, settings)
     ks = parse_ks(",".join(str(x) for x in k))
     relevance = None if qrels is None else read_qrels(os.fspath(qrels))
-    report = evaluate_report(paths or ["<records>"], run, relevance, ks, (), generation)
-    results = list(record_results(report, run))
+    scan = scan_run(run, relevance, ks, lexical=settings is None)
+    generation = scan.estimates() if settings is None else _judged(run, settings)
+    report = evaluate_report(paths or ["<records>"], scan, (), generation)
+    results = list(record_results(report, scan.refs))
     agreement = None if labels is None else judge_agreement(results, labels, human_threshold)[0]
     return Evaluation(report, results, agreement, 0 if settings is None else settings.max_failures, tuple(warnings))
 

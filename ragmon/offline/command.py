@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TextIO
 
@@ -16,12 +16,13 @@ from ragmon.config import check_document_id_place, config_from_mapping, load_con
 from ragmon.errors import EXIT_JUDGE, EXIT_OK, EXIT_THRESHOLD, ConfigError, UsageError
 from ragmon.offline.agreement import HumanLabels, read_human_labels
 from ragmon.offline.compare import compare_runs, index_run
-from ragmon.offline.evaluate import NO_IDS, evaluate, parse_ks, parse_threshold
+from ragmon.offline.evaluate import NO_IDS, cutoffs, evaluate, parse_ks, parse_threshold
 from ragmon.offline.files import read_records
 from ragmon.offline.generation import GENERATION_METRICS, GenerationReport, lexical_estimates
 from ragmon.offline.per_record import RecordResult, judge_agreement, record_json, record_results
 from ragmon.offline.records import EvalRecord, Qrels, read_qrels
 from ragmon.offline.report import render_compare, render_eval
+from ragmon.offline.scan import scan_run
 
 __all__ = ["compare_command", "eval_command"]
 
@@ -38,16 +39,20 @@ def _document_id(text: str) -> tuple[str, ...]:
     return places
 
 
-def _read_run(paths: Sequence[str], progress: bool, document_id: tuple[str, ...], args: argparse.Namespace) -> list[EvalRecord]:
-    """The records of ``paths`` as one run; a warning line on stderr per file and key ignored."""
+def _iter_run(paths: Sequence[str], progress: bool, document_id: tuple[str, ...], args: argparse.Namespace) -> Iterator[EvalRecord]:
+    """The records of ``paths`` as one run, read as they are asked for; a warning line on
+    stderr per file and key ignored."""
 
     def warn(message: str) -> None:
         print(f"ragmon {args.command}: warning: {message}", file=sys.stderr)
 
-    records: list[EvalRecord] = []
     for path in paths:
-        records.extend(read_records(path, progress=progress, document_id=document_id, schema=args.schema, warn=warn))
-    return records
+        yield from read_records(path, progress=progress, document_id=document_id, schema=args.schema, warn=warn)
+
+
+def _read_run(paths: Sequence[str], progress: bool, document_id: tuple[str, ...], args: argparse.Namespace) -> list[EvalRecord]:
+    """The records of ``paths`` as one run, all in memory (the judge and ``compare`` need them)."""
+    return list(_iter_run(paths, progress, document_id, args))
 
 
 def _qrels(path: str | None, progress: bool) -> Qrels | None:
@@ -181,7 +186,7 @@ def _open_records(path: str | None) -> TextIO | None:
         raise UsageError(f"--records {path}: {exc.strerror or exc}") from None
 
 
-def _write_records(out: TextIO, results: Sequence[RecordResult], human: HumanLabels | None) -> None:
+def _write_records(out: TextIO, results: Iterable[RecordResult], human: HumanLabels | None) -> None:
     """``--records``: one JSON object per record; ``UsageError`` when the file cannot be written."""
     try:
         with out:
@@ -198,14 +203,23 @@ def eval_command(args: argparse.Namespace, progress: bool) -> int:
     thresholds = [parse_threshold(t) for t in args.fail_under] + [parse_threshold(t, above=True) for t in args.fail_over]
     _check_judge_flags(args)
     qrels = _qrels(args.qrels, progress)
-    records = _read_run(args.files, progress, _document_id(args.document_id), args)
-    if args.judge:
+    places = _document_id(args.document_id)
+    scored_at = cutoffs(ks, thresholds)
+    if args.judge:  # the judge needs every record's texts: the run is held
+        records = _read_run(args.files, progress, places, args)
         _allowed_failures(_max_failures(args), 0)  # a bad value is a usage error before any call
-    human = _human(args)
-    records_out = _open_records(args.records)
-    [generation] = _generation(args, [records], progress)
-    report = evaluate(args.files, records, qrels, ks, thresholds, generation)
-    results = list(record_results(report, records))
+        human = _human(args)
+        records_out = _open_records(args.records)
+        [generation] = _generation(args, [records], progress)
+        scan = scan_run(records, qrels, scored_at)
+    else:  # read once, nothing of a record kept but its scores and name
+        human = _human(args)
+        scan = scan_run(_iter_run(args.files, progress, places, args), qrels, scored_at, lexical=True)
+        records_out = _open_records(args.records)
+        generation = scan.estimates()
+    report = evaluate(args.files, scan, thresholds, generation)
+    each = record_results(report, scan.refs)
+    results = list(each) if args.judge else ()  # the worst records and the agreement are the judge's
     agreement = None
     if human is not None:
         agreement, left_out = judge_agreement(results, human, args.human_threshold)
@@ -214,7 +228,7 @@ def eval_command(args: argparse.Namespace, progress: bool) -> int:
                 print(f"ragmon eval: warning: {metric}: of the labelled records, {unscored} have no judge's score "
                       f"and {unknown} are not in the run (matched by query_id, else line): left out", file=sys.stderr)
     if records_out is not None:
-        _write_records(records_out, results, human)
+        _write_records(records_out, results if args.judge else each, human)
     print(render_eval(report, args.format, results=results, worst_count=args.worst, agreement=agreement))
     for result in report.thresholds:
         if not result.passed:

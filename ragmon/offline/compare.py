@@ -9,7 +9,7 @@ import numpy as np
 
 from ragmon.errors import InputError
 from ragmon.formats.text import normalize_query
-from ragmon.offline.evaluate import score_records
+from ragmon.offline.scan import score_records
 from ragmon.offline.generation import GenerationReport
 from ragmon.offline.records import EvalRecord, Qrels
 from ragmon.offline.stats import bootstrap_ci, randomization_p_values

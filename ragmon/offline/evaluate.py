@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from ragmon.errors import UsageError
-from ragmon.metrics.batch import METRICS, BatchScores, score_queries
+from ragmon.metrics.batch import METRICS, BatchScores
 from ragmon.offline.generation import ESTIMATES, GENERATION_METRICS, GenerationReport
-from ragmon.offline.records import EvalRecord, Qrels
+from ragmon.offline.scan import Scan
 
 __all__ = [
     "HIGHER_IS_WORSE",
@@ -18,12 +18,11 @@ __all__ = [
     "Threshold",
     "ThresholdResult",
     "EvalReport",
-    "labels_for",
+    "check_generation",
+    "cutoffs",
+    "evaluate",
     "parse_ks",
     "parse_threshold",
-    "score_records",
-    "check_generation",
-    "evaluate",
 ]
 
 
@@ -138,25 +137,6 @@ class EvalReport:
         return all(t.passed for t in self.thresholds)
 
 
-def labels_for(record: EvalRecord, qrels: Qrels | None) -> dict[str, int]:
-    """The record's labels: from ``qrels`` when it knows the query, else the record's own."""
-    if qrels is not None:
-        found = qrels.lookup(record.query_id, record.query)
-        if found is not None:
-            return found
-    return record.grades or {}
-
-
-def score_records(records: Sequence[EvalRecord], qrels: Qrels | None, ks: Iterable[int]) -> BatchScores:
-    """Score records with the batch metric core; records without document ids (retrieval not
-    applicable) are left out."""
-    return score_queries(
-        [r.retrieved for r in records if r.retrieved is not None],
-        [labels_for(r, qrels) for r in records if r.retrieved is not None],
-        ks,
-    )
-
-
 def check_generation(threshold: Threshold, generation: GenerationReport | None) -> ThresholdResult:
     """A threshold on a generation metric, against the run's judged or estimated metrics."""
     key = threshold.key
@@ -175,24 +155,28 @@ def check_generation(threshold: Threshold, generation: GenerationReport | None) 
     return ThresholdResult(threshold, found.mean, why)
 
 
+def cutoffs(ks: Iterable[int], thresholds: Sequence[Threshold] = ()) -> tuple[int, ...]:
+    """The cut-offs to score: ``ks`` and any a threshold needs."""
+    return tuple(sorted(set(ks) | {t.k for t in thresholds if t.k is not None}))
+
+
 def evaluate(
     files: Sequence[str],
-    records: Sequence[EvalRecord],
-    qrels: Qrels | None,
-    ks: Iterable[int],
+    scan: Scan,
     thresholds: Sequence[Threshold] = (),
     generation: GenerationReport | None = None,
 ) -> EvalReport:
-    """Score records at ``ks`` (plus any cut-off a threshold needs) and check the thresholds,
-    those on generation metrics against ``generation``. Records without document ids count as
-    ``not_applicable``; when no record has them, a retrieval threshold fails with ``NO_IDS``."""
-    cutoffs = set(ks) | {t.k for t in thresholds if t.k is not None}
-    scores = score_records(records, qrels, cutoffs)
+    """The report of a run read by ``scan_run`` (at ``cutoffs(ks, thresholds)``): the means,
+    and the thresholds checked, those on generation metrics against ``generation``. Records
+    without document ids count as ``not_applicable``; when no record has them, a retrieval
+    threshold fails with ``NO_IDS``."""
+    scores = scan.scores
     means = scores.means()
-    not_applicable = sum(1 for r in records if r.retrieved is None)
-    why = NO_IDS if records and not_applicable == len(records) else "no query was scored"
+    records = len(scan.refs)
+    not_applicable = scan.not_applicable
+    why = NO_IDS if records and not_applicable == records else "no query was scored"
     results = tuple(
         check_generation(t, generation) if t.key in GENERATION_METRICS else ThresholdResult(t, means[t.key], why)
         for t in thresholds
     )
-    return EvalReport(tuple(files), len(records), scores, means, results, generation, not_applicable=not_applicable)
+    return EvalReport(tuple(files), records, scores, means, results, generation, not_applicable=not_applicable)

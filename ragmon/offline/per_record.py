@@ -2,7 +2,7 @@
 each record's score per metric, or why it has none, and the judge's verdict details.
 
 A record is named by its ``query_id``, else its 1-based line (or row) in its file. Pure: built
-from an ``EvalReport`` and the records it scored.
+from an ``EvalReport`` and the references of the records it scored (``ragmon.offline.scan``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ragmon.offline.agreement import Agreement, HumanLabels, agreement, pair_sco
 from ragmon.offline.evaluate import HIGHER_IS_WORSE, EvalReport
 from ragmon.offline.generation import RecordOutcome
 from ragmon.offline.records import EvalRecord
+from ragmon.offline.scan import RecordRef
 
 __all__ = [
     "RecordResult", "record_id", "record_results", "record_json", "worst", "judge_agreement", "WHY_UNLABELLED", "WHY_NO_IDS",
@@ -24,7 +25,7 @@ WHY_UNLABELLED: Final = "unlabelled: no document of the record is labelled relev
 WHY_NO_IDS: Final = "not applicable: the record carries no document ids"
 
 
-def record_id(record: EvalRecord) -> str | int:
+def record_id(record: EvalRecord | RecordRef) -> str | int:
     """The record's name: its ``query_id``, else its 1-based line or row."""
     return record.query_id if record.query_id is not None else record.line
 
@@ -48,8 +49,9 @@ def _why_generation(outcome: RecordOutcome) -> str:
     return f"skipped ({outcome.skip})"
 
 
-def record_results(report: EvalReport, records: Sequence[EvalRecord]) -> Iterator[RecordResult]:
-    """Every record's results, in input order."""
+def record_results(report: EvalReport, records: Sequence[RecordRef]) -> Iterator[RecordResult]:
+    """Every record's results, in input order (made as asked for: a million records are not
+    held at once)."""
     scores = report.scores
     keys = list(scores.values)
     applicable = 0  # index among records with document ids (what the batch core scored)
@@ -58,7 +60,7 @@ def record_results(report: EvalReport, records: Sequence[EvalRecord]) -> Iterato
     for i, record in enumerate(records):
         values: dict[str, float | None] = {}
         why: dict[str, str] = {}
-        if record.retrieved is None:
+        if not record.has_ids:
             values = dict.fromkeys(keys)
             why = dict.fromkeys(keys, WHY_NO_IDS)
         else:
