@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from ragmon.errors import InputError
@@ -15,7 +15,7 @@ __all__ = ["BLOCK_BYTES", "iter_jsonl", "read_blocks", "read_bytes_lines"]
 BLOCK_BYTES = 4 << 20
 """About how many bytes of whole lines ``read_line_blocks`` hands over at once."""
 
-def read_blocks(path: str, *, progress: bool = False, size: int = BLOCK_BYTES) -> Iterator[tuple[int, bytes]]:
+def read_blocks(path: str, *, progress: bool = False, size: int = BLOCK_BYTES) -> Generator[tuple[int, bytes], None, None]:
     """Yield ``(number of the first line, block)``: the file's bytes about ``size`` at a time,
     each block ending at a line's end (the last one at the file's end), for readers that work
     on many lines at once; a progress bar on stderr when asked and the file is large."""
@@ -51,10 +51,14 @@ def read_blocks(path: str, *, progress: bool = False, size: int = BLOCK_BYTES) -
                 bar.close()
 
 
-def read_bytes_lines(path: str, *, progress: bool = False) -> Iterator[tuple[int, bytes]]:
+def read_bytes_lines(path: str, *, progress: bool = False) -> Generator[tuple[int, bytes], None, None]:
     """Yield ``(line number, raw line)``; a progress bar on stderr when asked and the file is large."""
-    for first, block in read_blocks(path, progress=progress):
-        yield from enumerate(block.splitlines(keepends=True) if b"\r" not in block else _lines(block), start=first)
+    blocks = read_blocks(path, progress=progress)
+    try:
+        for first, block in blocks:
+            yield from enumerate(block.splitlines(keepends=True) if b"\r" not in block else _lines(block), start=first)
+    finally:
+        blocks.close()  # the file too, when the reader stops early
 
 
 def _lines(block: bytes) -> list[bytes]:
