@@ -25,6 +25,7 @@ __all__ = [
     "BatchScores",
     "Encoded",
     "encode",
+    "joined",
     "metric_keys",
     "score_encoded",
     "score_queries",
@@ -238,6 +239,12 @@ def score_queries(
         score_encoded(encode(rankings[s : s + chunk], relevances[s : s + chunk], depth), cutoffs)
         for s in range(0, len(rankings), chunk)
     ]
+    return joined(parts, cutoffs)
+
+
+def joined(parts: Sequence[BatchScores], ks: Iterable[int]) -> BatchScores:
+    """The scores of consecutive batches scored at ``ks``, as one batch (none: an empty one)."""
+    cutoffs = _check_ks(ks)
     if not parts:
         empty = np.zeros(0, dtype=np.float64)
         return BatchScores(cutoffs, np.zeros(0, dtype=np.bool_), {k: empty for k in metric_keys(cutoffs)})

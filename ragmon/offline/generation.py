@@ -196,12 +196,17 @@ def rag_record(record: EvalRecord, index: int) -> RagRecord:
     )
 
 
+_NOT_APPLICABLE: Final = RecordOutcome(skip="not_applicable")
+_NO_SCORE: Final = RecordOutcome(skip="no_score")
+"""The skips, one shared value each (a run of a million records holds a million outcomes)."""
+
+
 def lexical_outcome(record: EvalRecord) -> RecordOutcome:
     """The lexical faithfulness estimate of one record (needs an answer and its contexts)."""
     if not record.answer or not record.contexts:
-        return RecordOutcome(skip="not_applicable")
+        return _NOT_APPLICABLE
     score = lexical_faithfulness(record.answer, record.contexts)
-    return RecordOutcome(skip="no_score") if score is None else RecordOutcome(score=score)
+    return _NO_SCORE if score is None else RecordOutcome(score=score)
 
 
 def lexical_estimates(records: Sequence[EvalRecord]) -> GenerationReport:

@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Final
 
-import numpy as np
-
-from ragmon.metrics.batch import BatchScores, score_queries
-from ragmon.offline.generation import GenerationReport, MetricResults, RecordOutcome, lexical_outcome
+from ragmon.metrics.batch import BatchScores, joined, score_queries
+from ragmon.offline.generation import (
+    GenerationReport,
+    MetricResults,
+    RecordOutcome,
+    lexical_outcome,
+)
 from ragmon.offline.records import EvalRecord, Qrels
 
 __all__ = ["CHUNK", "RecordRef", "Scan", "labels_for", "scan_run", "score_records"]
@@ -78,18 +81,6 @@ def score_records(records: Sequence[EvalRecord], qrels: Qrels | None, ks: Iterab
     )
 
 
-_NOT_APPLICABLE: Final = RecordOutcome(skip="not_applicable")
-_NO_SCORE: Final = RecordOutcome(skip="no_score")
-
-
-def _lexical(record: EvalRecord) -> RecordOutcome:
-    """``lexical_outcome``, the skips as shared values (a million records, one object each)."""
-    outcome = lexical_outcome(record)
-    if outcome.score is None:
-        return _NOT_APPLICABLE if outcome.skip == "not_applicable" else _NO_SCORE
-    return outcome
-
-
 def _chunks(records: Iterable[EvalRecord], size: int) -> Iterator[list[EvalRecord]]:
     it = iter(records)
     while chunk := list(islice(it, size)):
@@ -124,14 +115,6 @@ def scan_run(
             parts.append(score_records(part, qrels, cutoffs))
             refs.extend(RecordRef(r.path, r.line, r.query_id, r.retrieved is not None) for r in part)
             if lexical:
-                outcomes.extend(map(_lexical, part))
-    if parts:
-        scores = BatchScores(
-            cutoffs,
-            np.concatenate([p.labelled for p in parts]),
-            {key: np.concatenate([p.values[key] for p in parts]) for key in parts[0].values},
-        )
-    else:
-        scores = score_queries([], [], cutoffs)
+                outcomes.extend(map(lexical_outcome, part))
     estimate = MetricResults("faithfulness_lexical", tuple(outcomes)) if lexical else None
-    return Scan(refs, scores, estimate)
+    return Scan(refs, joined(parts, cutoffs), estimate)
