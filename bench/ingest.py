@@ -5,6 +5,7 @@ Usage::
     python bench/ingest.py [--seconds 20] [--repeats 3] [--warmup 2] [--concurrency 4]
                            [--batches 200] [--spans-per-body 512] [--seed 0]
                            [--shapes realistic,rag3] [--doc-chars 300] [--io-chars N]
+                           [--servers ragmon,ragmon-py,baseline]
 
 ``--seconds 3 --repeats 1`` is a quick smoke run (about a minute in all).
 
@@ -48,6 +49,9 @@ Servers, each a fresh process per measurement, on 127.0.0.1 only:
   off, ``/metrics`` on a free port, no final-scrape linger, everything else at its default
   (the 2 s trace grace included: decode, bounded queue, trace assembly, conventions, scoring,
   Prometheus metrics, windows).
+* ``ragmon-py`` - the same, with ``RAGMON_PIPELINE=python RAGMON_DECODER=python``: the
+  per-request pipeline from its Python source and the pure-Python protobuf decoder, what a user
+  without a C compiler runs (``ragmon/compiled.py``), measured in the same table.
 * ``baseline`` - ``bench/_ingest_baseline.py``: bare aiohttp ``POST /v1/traces`` that parses
   the request and walks every span's attributes into dicts (all of them, where ragmon keeps
   only the ones it reads), then answers 200 with an empty ``ExportTraceServiceResponse``. It
@@ -133,7 +137,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE_SCRIPT = Path(__file__).resolve().parent / "_ingest_baseline.py"
 PROTOBUF = "application/x-protobuf"
-SERVERS: tuple[str, str] = ("ragmon", "baseline")
+SERVERS: tuple[str, ...] = ("ragmon", "ragmon-py", "baseline")
+"""What can be measured (``--servers``): ragmon as installed, ragmon as pure Python, the bare walk."""
+PURE_PYTHON = {"RAGMON_PIPELINE": "python", "RAGMON_DECODER": "python"}
+"""``ragmon-py``'s environment: the pipeline from its Python source and the pure-Python protobuf
+decoder, what runs where nothing was compiled (``ragmon/compiled.py``)."""
 SHAPES: tuple[str, ...] = ("realistic", "rag3")
 RAG3 = 3
 """Spans of a ``rag3`` trace: root CHAIN, RETRIEVER, LLM."""
@@ -589,9 +597,9 @@ def load_process(conn: Connection, url: str, traffic_path: str, concurrency: int
 class Server:
     """A server process; stderr is drained by a thread (last lines kept for error messages)."""
 
-    def __init__(self, kind: str, argv: list[str]) -> None:
+    def __init__(self, kind: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.kind = kind
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.tail: deque[str] = deque(maxlen=40)
         self.lines = 0
@@ -632,13 +640,13 @@ class Server:
 
 
 def start_server(kind: str, workdir: Path) -> Server:
-    if kind == "ragmon":
+    if kind.startswith("ragmon"):
         config = workdir / "ragmon.toml"
         config.write_text(RAGMON_TOML)
         argv = [sys.executable, "-m", "ragmon", "run", "--config", str(config),
                 "--log-level", "info"]
-    else:
-        argv = [sys.executable, str(BASELINE_SCRIPT), "--host", "127.0.0.1", "--port", "0"]
+        return Server(kind, argv, PURE_PYTHON if kind == "ragmon-py" else None)
+    argv = [sys.executable, str(BASELINE_SCRIPT), "--host", "127.0.0.1", "--port", "0"]
     return Server(kind, argv)
 
 
@@ -804,7 +812,7 @@ def measure(kind: str, traffic_path: Path, args: argparse.Namespace, workdir: Pa
                                    args.seconds))
         loader.start()
         child.close()
-        watch = kind == "ragmon"
+        watch = kind.startswith("ragmon")
         t0 = t1 = math.inf
         scrapes: dict[str, tuple[float, dict[str, float]]] = {}
         load: LoadResult | None = None
@@ -944,8 +952,7 @@ def print_table(results: dict[str, list[Measurement]], traffic: Traffic,
             f"{'MB/min':>9}{'CPU µs/span':>13}")
     print(head)
     print("-" * len(head))
-    for kind in SERVERS:
-        rs = results[kind]
+    for kind, rs in results.items():
         acc = [r.accepted_spans_per_s for r in rs]
         scored = median_or_nan([r.scored_spans_per_s for r in rs])
         catch = median_or_nan([r.catch_up_s for r in rs])
@@ -962,21 +969,29 @@ def print_table(results: dict[str, list[Measurement]], traffic: Traffic,
           "in MB: idle before load, start/end of the measured window (end: after catch-up), peak; "
           "MB/min: RSS slope over the second half of the measured window; CPU µs/span: the "
           "server's user + system CPU from /proc over the whole run / spans acknowledged)")
+    if "baseline" not in results:
+        return
     base = statistics.median(r.accepted_spans_per_s for r in results["baseline"])
-    accepted = statistics.median(r.accepted_spans_per_s for r in results["ragmon"])
-    scored = median_or_nan([r.scored_spans_per_s for r in results["ragmon"]])
-    print(f"ragmon / baseline, spans accepted: {_ratio(accepted, base)}   spans scored: "
-          f"{_ratio(scored, base)}   (median / median; above 1 means ragmon is faster)")
-    cpu = {kind: median_or_nan([r.cpu_us_per_span for r in results[kind]]) for kind in SERVERS}
-    per_trace = {kind: median_or_nan([r.cpu_us_per_trace for r in results[kind]]) for kind in SERVERS}
-    pairs = [r.cpu_us_per_span / b.cpu_us_per_span for r, b in zip(results["ragmon"], results["baseline"])
-             if b.cpu_us_per_span and not math.isnan(r.cpu_us_per_span / b.cpu_us_per_span)]
-    print(f"[{shape}] CPU per span: ragmon {_fmt(cpu['ragmon'], '{:.1f}')} µs, baseline "
-          f"{_fmt(cpu['baseline'], '{:.1f}')} µs; per trace: ragmon {_fmt(per_trace['ragmon'], '{:.0f}')} µs, "
-          f"baseline {_fmt(per_trace['baseline'], '{:.0f}')} µs; ragmon / baseline per pair: "
-          f"{', '.join(f'{p:.2f}x' for p in pairs)} (median {_fmt(median_or_nan(pairs), '{:.2f}x')}; "
-          f"above 1 means ragmon spends more; baseline / ragmon = "
-          f"{_fmt(1 / median_or_nan(pairs) if pairs else math.nan, '{:.2f}x')})")
+    cpu = {kind: median_or_nan([r.cpu_us_per_span for r in results[kind]]) for kind in results}
+    per_trace = {kind: median_or_nan([r.cpu_us_per_trace for r in results[kind]]) for kind in results}
+    for kind in [k for k in results if k != "baseline"]:
+        accepted = statistics.median(r.accepted_spans_per_s for r in results[kind])
+        scored = median_or_nan([r.scored_spans_per_s for r in results[kind]])
+        print(f"{kind} / baseline, spans accepted: {_ratio(accepted, base)}   spans scored: "
+              f"{_ratio(scored, base)}   (median / median; above 1 means {kind} is faster)")
+        pairs = cpu_pairs(results, kind)
+        print(f"[{shape}] CPU per span: {kind} {_fmt(cpu[kind], '{:.1f}')} µs, baseline "
+              f"{_fmt(cpu['baseline'], '{:.1f}')} µs; per trace: {kind} {_fmt(per_trace[kind], '{:.0f}')} µs, "
+              f"baseline {_fmt(per_trace['baseline'], '{:.0f}')} µs; {kind} / baseline per pair: "
+              f"{', '.join(f'{p:.2f}x' for p in pairs)} (median {_fmt(median_or_nan(pairs), '{:.2f}x')}; "
+              f"above 1 means {kind} spends more; baseline / {kind} = "
+              f"{_fmt(1 / median_or_nan(pairs) if pairs else math.nan, '{:.2f}x')})")
+
+
+def cpu_pairs(results: dict[str, list[Measurement]], kind: str) -> list[float]:
+    """``kind``'s CPU per span over the baseline's, run by run (the runs of a round pair up)."""
+    return [r.cpu_us_per_span / b.cpu_us_per_span for r, b in zip(results[kind], results.get("baseline", []))
+            if b.cpu_us_per_span and not math.isnan(r.cpu_us_per_span / b.cpu_us_per_span)]
 
 
 def _fmt(value: float, pattern: str) -> str:
@@ -1024,6 +1039,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="traffic seed")
     parser.add_argument("--shapes", default=",".join(SHAPES),
                         help=f"trace shapes, comma-separated (default {','.join(SHAPES)})")
+    parser.add_argument("--servers", default=",".join(SERVERS),
+                        help="servers, comma-separated (default all: ragmon as installed, ragmon-py "
+                             "as pure Python, the bare baseline)")
     parser.add_argument("--doc-chars", default="300",
                         help="characters of each document's content, comma-separated sizes, each measured "
                              "in its own runs (e.g. 0,300,2000; 0: no content attribute)")
@@ -1037,6 +1055,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--doc-chars: comma-separated whole numbers")
     if not args.doc_chars or any(n < 0 for n in args.doc_chars) or (args.io_chars is not None and args.io_chars < 40):
         parser.error("--doc-chars: sizes >= 0; --io-chars: >= 40")
+    args.servers = tuple(dict.fromkeys(s.strip() for s in args.servers.split(",") if s.strip()))
+    if not args.servers or any(s not in SERVERS for s in args.servers):
+        parser.error(f"--servers: choose from {', '.join(SERVERS)}")
     args.shapes = [s for s in args.shapes.split(",") if s]
     if not args.shapes or any(s not in SHAPES for s in args.shapes):
         parser.error(f"--shapes: choose from {', '.join(SHAPES)}")
@@ -1055,8 +1076,8 @@ class SizeResult:
     doc_chars: int
     cpu_span: dict[str, float]
     cpu_trace: dict[str, float]
-    ratio: float
-    """Median over pairs of ragmon / baseline CPU per span."""
+    ratio: dict[str, float]
+    """Of each ragmon server: the median over pairs of its CPU per span / the baseline's."""
 
 
 def run_shape(shape: str, args: argparse.Namespace, doc_chars: int = 300) -> tuple[list[str], SizeResult]:
@@ -1070,12 +1091,12 @@ def run_shape(shape: str, args: argparse.Namespace, doc_chars: int = 300) -> tup
           f"{sum(traffic.traces):,} traces ({spans / sum(traffic.traces):.1f} spans/trace), "
           f"{traffic.mean_body_bytes / 1e3:,.0f} kB a body; built with the OpenTelemetry SDK in "
           f"{traffic.seconds:.1f}s (not timed)", flush=True)
-    results: dict[str, list[Measurement]] = {k: [] for k in SERVERS}
+    results: dict[str, list[Measurement]] = {k: [] for k in args.servers}
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="ragmon-bench-") as tmp:
         traffic_path = save_traffic(traffic, Path(tmp))
         for round_ in range(args.repeats):
-            order = SERVERS if round_ % 2 == 0 else SERVERS[::-1]
+            order = args.servers if round_ % 2 == 0 else args.servers[::-1]
             for kind in order:
                 r = measure(kind, traffic_path, args, Path(tmp))
                 results[kind].append(r)
@@ -1087,16 +1108,14 @@ def run_shape(shape: str, args: argparse.Namespace, doc_chars: int = 300) -> tup
                     print(f"    {kind}'s last stderr lines:\n{lines}", flush=True)
                 problems += r.problems
     print_table(results, traffic, args, shape)
-    pairs = [r.cpu_us_per_span / b.cpu_us_per_span for r, b in zip(results["ragmon"], results["baseline"])
-             if b.cpu_us_per_span and not math.isnan(r.cpu_us_per_span / b.cpu_us_per_span)]
     figures = SizeResult(
         shape_name, doc_chars,
-        {kind: median_or_nan([r.cpu_us_per_span for r in results[kind]]) for kind in SERVERS},
-        {kind: median_or_nan([r.cpu_us_per_trace for r in results[kind]]) for kind in SERVERS},
-        median_or_nan(pairs),
+        {kind: median_or_nan([r.cpu_us_per_span for r in results[kind]]) for kind in results},
+        {kind: median_or_nan([r.cpu_us_per_trace for r in results[kind]]) for kind in results},
+        {kind: median_or_nan(cpu_pairs(results, kind)) for kind in results if kind != "baseline"},
     )
-    last = results["ragmon"][-1]
-    if last.final:
+    last = next((results[kind][-1] for kind in results if kind != "baseline"), None)
+    if last is not None and last.final:
         f = last.final
         print(f"ragmon's /metrics after its last run: "
               f"{f.get('ragmon_traces_total', 0):,.0f} traces "
@@ -1108,23 +1127,26 @@ def run_shape(shape: str, args: argparse.Namespace, doc_chars: int = 300) -> tup
 
 
 def print_sizes(sizes: Sequence[SizeResult], io_chars: int | None) -> None:
-    """CPU per span and per trace of each shape across document sizes, and how it grows."""
+    """CPU per span and per trace of each shape and server across document sizes, and how it
+    grows; the compiled and the pure-Python ragmon in one table."""
     print()
     print(f"CPU across document sizes (model input/output: {io_chars if io_chars is not None else 'as built'} characters; "
-          "medians; growth: µs per span more than at the smallest size):")
-    head = (f"{'shape':<11}{'doc chars':>10}{'ragmon µs/span':>16}{'baseline':>10}{'ratio':>8}"
-            f"{'ragmon µs/trace':>17}{'baseline':>10}{'growth ragmon':>15}{'baseline':>10}")
+          "medians; ratio: CPU per span / the baseline's, median over pairs; growth: µs per span more "
+          "than at the smallest size):")
+    head = (f"{'shape':<11}{'doc chars':>10}  {'server':<11}{'µs/span':>9}{'µs/trace':>10}{'ratio':>8}"
+            f"{'baseline/it':>13}{'growth':>8}")
     print(head)
     print("-" * len(head))
     for shape in dict.fromkeys(s.shape for s in sizes):
         rows = sorted((s for s in sizes if s.shape == shape), key=lambda s: s.doc_chars)
         first = rows[0]
         for s in rows:
-            print(f"{shape:<11}{s.doc_chars:>10,}{_fmt(s.cpu_span['ragmon'], '{:.1f}'):>16}"
-                  f"{_fmt(s.cpu_span['baseline'], '{:.1f}'):>10}{_fmt(s.ratio, '{:.2f}x'):>8}"
-                  f"{_fmt(s.cpu_trace['ragmon'], '{:.0f}'):>17}{_fmt(s.cpu_trace['baseline'], '{:.0f}'):>10}"
-                  f"{_fmt(s.cpu_span['ragmon'] - first.cpu_span['ragmon'], '{:+.1f}'):>15}"
-                  f"{_fmt(s.cpu_span['baseline'] - first.cpu_span['baseline'], '{:+.1f}'):>10}")
+            for kind, span in s.cpu_span.items():
+                ratio = s.ratio.get(kind, math.nan)
+                print(f"{shape:<11}{s.doc_chars:>10,}  {kind:<11}{_fmt(span, '{:.1f}'):>9}"
+                      f"{_fmt(s.cpu_trace[kind], '{:.0f}'):>10}{_fmt(ratio, '{:.2f}x'):>8}"
+                      f"{_fmt(1 / ratio if ratio else math.nan, '{:.2f}x'):>13}"
+                      f"{_fmt(span - first.cpu_span.get(kind, math.nan), '{:+.1f}'):>8}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

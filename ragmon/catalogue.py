@@ -316,6 +316,10 @@ JUDGE_IN_FLIGHT = _gauge("judge_in_flight", "Judge calls in progress.")
 JUDGE_BREAKER_OPEN = _gauge("judge_breaker_open", "1 while the circuit breaker stops judge calls.")
 JUDGE_INFO = _gauge("judge_info", "Which judge runs: llm (an endpoint) or lexical.", "judge")
 JUDGE_LEXICAL = _counter("judge_lexical", "Records given the lexical faithfulness estimate.")
+JUDGE_LEXICAL_SKIPPED = _counter(
+    "judge_lexical_skipped",
+    "Sampled records not given the lexical estimate: judge.lexical_max_per_second were made over the last second.",
+)
 APP_EVALUATIONS = _counter("app_evaluations", "Records carrying gen_ai.evaluation.result events ragmon reads.")
 EVALUATIONS_EXPORTED = _counter("evaluations_exported", "Evaluation results sent onward over OTLP, by outcome.", "outcome")
 
@@ -368,7 +372,7 @@ CATALOGUE: Final[tuple[Family, ...]] = (
     QUEUE_SPANS, QUEUE_BYTES, QUEUE_CAPACITY_SPANS, TRACES_IGNORED, DROPPED, TRACES_WITHOUT_CONTENT,
     JUDGE_REQUESTS, JUDGE_COST_USD, JUDGE_UNPRICED_TOKENS, JUDGE_USAGE_ESTIMATED, JUDGE_CACHE_HITS,
     JUDGE_DOCUMENTS_LEFT_OUT, JUDGE_QUEUE, JUDGE_QUEUE_BYTES, JUDGE_IN_FLIGHT, JUDGE_BREAKER_OPEN,
-    JUDGE_INFO, JUDGE_LEXICAL, APP_EVALUATIONS, EVALUATIONS_EXPORTED,
+    JUDGE_INFO, JUDGE_LEXICAL, JUDGE_LEXICAL_SKIPPED, APP_EVALUATIONS, EVALUATIONS_EXPORTED,
     PROBE_REQUESTS, PROBE_DURATION, PROBE_TRACES, PROBE_TRACES_PENDING,
     FEEDBACK, FEEDBACK_TRACES, FEEDBACK_TRACES_BYTES, FEEDBACK_TRACES_DROPPED,
 )

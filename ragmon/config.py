@@ -472,6 +472,9 @@ class JudgeConfig(_Section):
     """Regular expressions; every match is replaced by ``[REDACTED]`` before text leaves."""
     send_documents: bool = True
     """False: document content is never sent (faithfulness and context relevance are off)."""
+    lexical_max_per_second: int = _setting(50, _not_negative)
+    """Without an endpoint: lexical estimates over the last second, at most (its cost grows with
+    the text; past it a sampled record is skipped, counted); probes' records are always read."""
     export_endpoint: str = _setting("", check_http_url)
     """OTLP/HTTP base URL to send ``gen_ai.evaluation.result`` events to; empty: off."""
 

@@ -1,4 +1,11 @@
-"""Session hooks. One only: the mutation check's test budget.
+"""Session hooks: the mutation check's test budget, and each test module's heap kept young.
+
+Each module's tests run with what the process held before the module frozen out of the cycle
+collector (``gc.freeze``; thawed, and collectable again, when the module ends). Late in the
+suite the test process holds millions of objects from earlier modules; without this, every full
+collection, whether a test's own ``gc.collect()`` before a memory measure or one the allocator
+starts, walks them all (a second or more each on a slow machine) and stalls the module's
+servers' event loops as long. A module's own objects are collected as usual.
 
 (Test kinds: a file whose tests start processes — ``ragmon run``, promtool, Prometheus,
 Chromium, a build — or bound wall time is marked ``pytestmark = pytest.mark.system``;
@@ -15,8 +22,10 @@ test runs are unaffected.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,3 +51,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if durations.get(item.nodeid, 0.0) <= float(budget)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def young_heap() -> Iterator[None]:
+    """What earlier modules left frozen while this module runs (the module docstring)."""
+    gc.freeze()
+    yield
+    gc.unfreeze()

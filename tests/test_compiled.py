@@ -179,6 +179,7 @@ def test_a_misspelt_switch_is_off_with_one_line_naming_it() -> None:
     ), done.stderr
 
 
+@pytest.mark.same_in_both_builds  # builds a copy of the package itself
 def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Path) -> None:
     """setup.py builds mypyc's extensions all or none: when one fails (here the C compiler
     refuses the assembler's file), the ones already built are removed, the build still
@@ -217,6 +218,7 @@ def test_a_module_that_fails_to_compile_leaves_every_module_python(tmp_path: Pat
     assert ran.stdout.split() == ["python", "0"], ran.stderr
 
 
+@pytest.mark.same_in_both_builds  # builds a copy of the package itself
 def test_ragmon_build_python_builds_nothing(tmp_path: Path) -> None:
     """``RAGMON_BUILD_PYTHON=1`` at build time: neither the decoder nor the pipeline is compiled
     (mutation testing edits the source, which a compiled module would shadow)."""
@@ -230,6 +232,7 @@ def test_ragmon_build_python_builds_nothing(tmp_path: Path) -> None:
     assert sorted(tmp_path.rglob("*.so")) == [] and not (tmp_path / "build").exists()
 
 
+@pytest.mark.same_in_both_builds  # builds a copy of the package itself
 def test_a_type_error_in_a_compiled_module_is_named_in_one_line(tmp_path: Path) -> None:
     """mypyc refuses source with a type error: the build goes on without the pipeline and says
     which file and line, and what mypy said (not only ``SystemExit(2)``)."""

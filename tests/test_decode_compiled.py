@@ -307,12 +307,14 @@ def message(kind: str, depth: int = 0) -> st.SearchStrategy[bytes]:
     return st.tuples(prefix, st.lists(fields_, min_size=many[0], max_size=many[1])).map(lambda t: t[0] + b"".join(t[1]))
 
 
+@pytest.mark.same_in_both_builds  # both decoders called by name
 @DIFF
 @given(message("request"), SELECTIONS, LIMITS)
 def test_generated_wire_bodies(body: bytes, selection: SpanSelection, limit: int) -> None:
     same(body, replace(selection, max_value_chars=limit), message=False)
 
 
+@pytest.mark.same_in_both_builds  # both decoders called by name
 @DIFF
 @given(message("request"), st.data())
 def test_generated_bodies_cut_and_corrupted(body: bytes, data: st.DataObject) -> None:
@@ -377,12 +379,14 @@ def requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
     return request
 
 
+@pytest.mark.same_in_both_builds  # both decoders called by name
 @DIFF
 @given(requests(), SELECTIONS, LIMITS)
 def test_valid_requests_from_the_protobuf_classes(request: ExportTraceServiceRequest, selection: SpanSelection, limit: int) -> None:
     same(request.SerializeToString(), replace(selection, max_value_chars=limit))
 
 
+@pytest.mark.same_in_both_builds  # both decoders called by name
 @DIFF
 @given(st.one_of(mutated(PROTOBUF_SEEDS), _TREES, _deep()), SELECTIONS, LIMITS)
 @example(PROTOBUF_SEEDS[1], SELECTION, 16_384)

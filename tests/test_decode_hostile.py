@@ -128,8 +128,7 @@ def traced(decoder: Decode, body: bytes, selection: SpanSelection) -> tuple[Deco
     by a few KB) is not the spans' memory."""
     decoder(body, selection)  # warm caches, so only the spans are measured
     held: list[int] = []
-    for _ in range(2):
-        gc.collect()
+    for _ in range(2):  # (no collection before: what it would free was never traced)
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]

@@ -265,7 +265,7 @@ def test_every_public_error_is_in_the_one_tree() -> None:
 SYSTEM_SIGNS = re.compile(r"^(import (subprocess|multiprocessing)|from (subprocess|process_helpers|e2e_stack) import)", re.MULTILINE)
 """What starts a process in a test file (promtool, Chromium and ragmon run through these): then
 its tests are system tests."""
-SYSTEM_MARK = re.compile(r"^pytestmark = pytest\.mark\.system\b", re.MULTILINE)
+SYSTEM_MARK = re.compile(r"^pytestmark = \[?pytest\.mark\.system\b", re.MULTILINE)
 
 
 def test_every_test_file_that_starts_processes_is_marked_system() -> None:

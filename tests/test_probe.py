@@ -212,7 +212,8 @@ def test_probes_are_joined_scored_judged_and_counted(tmp_path: Path) -> None:
             ProbeConfig(name="slow", url=f"{base}/slow", interval=3600.0, timeout=0.3, dataset=one),
             ProbeConfig(name="down", url=f"http://127.0.0.1:{closed}/ask", interval=3600.0, dataset=one),
         )
-        with sidecar(http, probes, golden, sample_rate=0.0) as (car, clock, _):
+        # no share of other traffic judged, no lexical estimate for it: a probe's still is
+        with sidecar(http, probes, golden, sample_rate=0.0, lexical_max_per_second=0) as (car, clock, _):
             wait_until(lambda: outcomes(car) == 4 + 4 + 1 + 1 + 1 + 1)
             wait_until(lambda: car.assembler.stats().spans_held == 3 * (4 + 4 + 1))
             clock.now += 3.0  # past the grace
@@ -254,7 +255,8 @@ def test_probes_are_joined_scored_judged_and_counted(tmp_path: Path) -> None:
     bare = {"service": "bare-api", "variant": "default"}
     assert value(v, "ragmon_retrieval_reciprocal_rank_sum", **bare, source="probe") == pytest.approx(MRR_SUM, abs=1e-12)
     assert value(v, "ragmon_retrieval_reciprocal_rank_sum", **bare, source="golden") == 0
-    # probes are always judged (sample_rate 0); /bare's answer comes from the response
+    # probes are always judged (sample_rate 0, lexical_max_per_second 0); /bare's answer comes
+    # from the response
     docs = [f"{CONTENT} ({d})" for d in QUERIES[0][1]]
     lexical = {"source": "judge", "judge": "lexical"}
     assert lexical_faithfulness(CONTENT, docs) == 1.0 and lexical_faithfulness(TRACE_ANSWER, docs) == 0.0

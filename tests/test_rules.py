@@ -32,7 +32,7 @@ from ragmon.ops.rules import (
     to_yaml,
 )
 
-pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+pytestmark = [pytest.mark.system, pytest.mark.same_in_both_builds]  # (tests/conftest.py: what each means)
 
 ROOT = Path(__file__).resolve().parent.parent
 RULE_FILE = ROOT / "deploy" / "prometheus" / "ragmon-rules.yml"

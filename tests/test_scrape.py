@@ -5,6 +5,7 @@ aiohttp handler), and ingest and health answering while a big scrape renders."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import gzip
 import re
 import socket
@@ -270,12 +271,30 @@ def _latencies(port: int, http: int, body: bytes, until: threading.Event, out: l
         out.append(time.perf_counter() - start)
 
 
-def test_ingest_and_health_answer_while_a_big_scrape_renders() -> None:
+async def _awaited(future: asyncio.Future[None]) -> None:
+    await future
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
+    """``gc.unfreeze()`` after the test: what a ``Sidecar(own_process=True)`` froze in this
+    process is collectable again."""
+    yield
+    gc.unfreeze()
+
+
+def test_ingest_and_health_answer_while_a_big_scrape_renders(thawed: None) -> None:
     """100 services × 100 variants at the default budget: a scrape of ~10 MB and ~2 s. While it
     renders, /healthz and OTLP posts keep being answered: the loop is held for at most a
-    fraction of the scrape (one family's copy, or a GC pass), not for its whole render."""
+    fraction of the scrape (one family's copy, or a GC pass), not for its whole render. Run
+    as ``ragmon run`` runs it (``own_process``): start-up's objects frozen, here the test
+    process's whole heap, which a full collection would otherwise scan for seconds."""
     config = Config(receiver=ReceiverConfig(http="127.0.0.1:0", grpc=""), metrics=MetricsConfig(listen="127.0.0.1:0", max_label_values=100))
-    with sidecar_thread(config, FakeClock()) as (car, loop):
+    frozen = gc.get_freeze_count()
+    with sidecar_thread(config, FakeClock(), own_process=True) as (car, loop):  # as ragmon run
+        assert car._life.prices is not None
+        loop.run(_awaited(car._life.prices))  # the price table in: start-up is over
+        assert gc.get_freeze_count() > frozen  # start-up's objects frozen (here: the test process's)
         call_soon(loop, lambda: _observe_all(car.metrics, [(f"svc{a}", f"v{b}", "m") for a in range(100) for b in range(100)]))
         port, http, body = car.ports.metrics or 0, car.ports.http or 0, _spans_body()
         idle: list[float] = []

@@ -95,8 +95,12 @@ def test_clients_that_never_read_hold_at_most_the_budget_then_are_cut(loop: Loop
     """Each answer waiting for its client is charged to ``max_inflight_bytes``: past it new
     scrapes get 503 + Retry-After before anything is rendered; after ``write_timeout`` the
     silent clients are cut, their answers freed, and scrapes are answered again. Counted."""
+    began = time.monotonic()
     size = len(_Big_text())
-    limits = ScrapeLimits(max_inflight_bytes=2 * size, write_timeout=1.5)
+    render = time.monotonic() - began
+    # The first answer's write must outlast the second one's render, or the first client is cut
+    # before the second is charged (a render takes seconds on a slow machine).
+    limits = ScrapeLimits(max_inflight_bytes=2 * size, write_timeout=max(1.5, 4 * render))
     port, stats, runner = _serve(loop, limits)
     clients = []
     try:
@@ -107,7 +111,7 @@ def test_clients_that_never_read_hold_at_most_the_budget_then_are_cut(loop: Loop
         refused = [_status(port) for _ in range(3)]
         assert refused == [503, 503, 503] and time.monotonic() - began < 1.0  # not rendered, not waited
         assert stats.dropped["inflight_bytes"] == 3 and stats.budget.used == 2 * size
-        wait_until(lambda: stats.dropped["write_timeout"] == 2, timeout=10)
+        wait_until(lambda: stats.dropped["write_timeout"] == 2, timeout=limits.write_timeout + 10)
         assert stats.budget.used == 0
         assert _status(port) == 200
         assert stats.budget.used == 0

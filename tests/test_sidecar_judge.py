@@ -178,6 +178,24 @@ def test_lexical_estimate_without_an_endpoint_and_app_evaluations() -> None:
     assert value(v, "ragmon_judge_info", judge="lexical") == 1
 
 
+def test_the_lexical_estimate_is_bounded_per_second_and_its_skips_counted() -> None:
+    """``judge.lexical_max_per_second``: 3 estimates in a second, the 2 sampled records past it
+    counted; a second later the cap has room again. (The clock is the pipeline's: each batch of
+    traces is scored at one instant.)"""
+    with running(JudgeConfig(sample_rate=1.0, lexical_max_per_second=3)) as (car, clock, _):
+        send_traces([exporter(car)], 5)
+        finish(car, clock, 5)
+        v = samples(scrape(car.ports.metrics))
+        assert value(v, "ragmon_judge_lexical_total") == 3
+        assert value(v, "ragmon_judge_lexical_skipped_total") == 2
+        assert value(v, "ragmon_faithfulness_count", **SV, source="judge", judge="lexical") == 3
+        send_traces([exporter(car)], 2)
+        finish(car, clock, 2, before=5)  # 3 s later
+        v = samples(scrape(car.ports.metrics))
+    assert value(v, "ragmon_judge_lexical_total") == 5
+    assert value(v, "ragmon_judge_lexical_skipped_total") == 2
+
+
 def test_replicas_judge_the_same_sampled_traces() -> None:
     with judge_server_thread() as a, judge_server_thread() as b:
         cars = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.system  # (tests/conftest.py: what a system test is)
+pytestmark = [pytest.mark.system, pytest.mark.same_in_both_builds]  # (tests/conftest.py: what each means)
 
 ROOT = Path(__file__).resolve().parent.parent
 

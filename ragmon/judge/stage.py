@@ -14,8 +14,10 @@
   otherwise the trace gives no ``judge`` relevance score. The documents left out are counted
   (``ragmon_judge_documents_left_out_total``);
 - with no endpoint, the sampled share of records gets the offline lexical faithfulness
-  estimate (source ``judge``, judge ``lexical``), so generation panels are never empty; no
-  other score is invented (``notes`` says which need an LLM judge);
+  estimate (source ``judge``, judge ``lexical``), so generation panels are never empty, at most
+  ``judge.lexical_max_per_second`` over the last second (its cost grows with the text; the
+  records past it are counted, ``ragmon_judge_lexical_skipped_total``); no other score is
+  invented (``notes`` says which need an LLM judge);
 - a toxicity verdict also counts the answer once per toxic category
   (``ragmon_toxic_answers_total``);
 - the prober's records are always judged (SPEC §7): they skip the sample rate and the
@@ -41,7 +43,7 @@ from ragmon.judge.lexical import lexical_faithfulness
 from ragmon.judge.onward import EvaluationResult, EvaluationSender
 from ragmon.judge.prompts import EVALUATORS, TOXICITY_CATEGORIES
 from ragmon.judge.runner import OUTCOMES, CompletionClient, Judge, Judgement
-from ragmon.judge.sampling import sampler
+from ragmon.judge.sampling import BucketedWindow, sampler
 from ragmon.model import RagRecord, Worker
 from ragmon.scoring.pricing import Pricer
 from ragmon.scoring.records import RecordScores, RetrievalScore, final_ranking, score_judged_retrieval
@@ -109,6 +111,9 @@ class JudgeStage(Worker):
         self.stop_timeout = 5.0
         """Seconds the judge and the sender get together on exit (``stop``)."""
         self._lexical = 0
+        self._lexical_skipped = 0
+        self._estimates = BucketedWindow(1.0, 10)
+        """Lexical estimates made over the last second (``judge.lexical_max_per_second``)."""
         self._app = 0
 
     @property
@@ -212,6 +217,11 @@ class JudgeStage(Worker):
         docs = record.reranked if record.reranked is not None else record.retrieved
         if not docs or any(d.content is None for d in docs):
             return
+        if not probe:
+            if self._estimates.total(now) >= self._config.lexical_max_per_second:
+                self._lexical_skipped += 1  # its cost grows with the text: bounded per second
+                return
+            self._estimates.add(1.0, now)
         score = lexical_faithfulness(record.answer, (d.content for d in docs))
         if score is not None:
             self._lexical += 1
@@ -269,9 +279,11 @@ class JudgeStage(Worker):
         breaker = cat.JUDGE_BREAKER_OPEN.empty()
         mode = cat.JUDGE_INFO.empty()
         lexical = cat.JUDGE_LEXICAL.empty()
+        lexical_skipped = cat.JUDGE_LEXICAL_SKIPPED.empty()
         app = cat.APP_EVALUATIONS.empty()
         mode.add_metric([self.mode], 1)
         lexical.add_metric([], self._lexical)
+        lexical_skipped.add_metric([], self._lexical_skipped)
         app.add_metric([], self._app)
         if self.judge is not None:
             stats = self.judge.stats()
@@ -290,7 +302,7 @@ class JudgeStage(Worker):
             breaker.add_metric([], 1 if stats.breaker is BreakerState.OPEN else 0)
         families: list[Metric] = [
             requests, cost, unpriced, estimated, cache, left_out, queue, queue_bytes, in_flight, breaker, mode,
-            lexical, app,
+            lexical, lexical_skipped, app,
         ]
         if self.sender is not None:
             sent = self.sender.stats()

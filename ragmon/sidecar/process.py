@@ -100,7 +100,8 @@ def tune_gc() -> None:
     """Collect less often: each span allocates a few short-lived objects, nearly all freed by
     reference counting; at CPython's default threshold the cycle collector took ~14% of the
     pipeline's time (bench/ingest.py). Objects alive at start-up (modules, config) are frozen
-    out of every collection. For ``ragmon run`` only: an embedding process keeps its own policy."""
+    out of every collection (the price table too, once it has loaded: ``Sidecar.own_process``).
+    For ``ragmon run`` only: an embedding process keeps its own policy."""
     gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import time
@@ -129,7 +130,9 @@ class Sidecar:
     """Seconds between two points of the status page's history (its timer)."""
     own_process: bool = False
     """Whether the process is ragmon's own (``ragmon run``): then a scrape holds the cycle
-    collector off while it renders (``server.metrics_handler``)."""
+    collector off while it renders (``server.metrics_handler``), and the price table, loaded
+    once the ports are open, is frozen out of the collector's reach as the rest of start-up was
+    (``process.tune_gc``): a full collection scans what ingest keeps, not start-up's objects."""
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -339,6 +342,8 @@ class Sidecar:
             self.pricer.warm()
         except Exception:  # a broken install: every lookup will raise it again, where it is counted
             log.exception("the genai-prices table did not load")
+        if self.own_process:
+            gc.freeze()  # the table lives as long as the process (``own_process``)
 
     async def stop_ingest(self, grace: float = SHUTDOWN_GRACE) -> None:
         """Stop probing and accepting OTLP: listening sockets closed, new requests answered 503
