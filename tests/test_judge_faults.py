@@ -259,7 +259,7 @@ def test_results_the_sender_could_not_send_at_shutdown_are_counted() -> None:
 
     async def main() -> SenderStats:
         async with never_answering() as url:
-            stage = _stage(JudgeConfig(sample_rate=1.0, export_endpoint=url))
+            stage = _stage(JudgeConfig(sample_rate=1.0, export_endpoint=url, lexical_max_per_second=1000))
             await stage.start()
             for n in range(600):  # lexical scores, sent onward
                 stage.observe(record(n, retrieved=docs, answer="Paris is the capital of France."), 0.0)

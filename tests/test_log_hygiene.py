@@ -35,7 +35,8 @@ def fresh_root() -> Iterator[None]:
     """The root logger as configure_logging finds it in a new process; restored after."""
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
-    quiet = {name: logging.getLogger(name).level for name in (*QUIET_LOGGERS, "somelib")}
+    touched = (*QUIET_LOGGERS, "somelib", "httpx2", "httpcore.http11")  # every logger a test sets a level on
+    quiet = {name: logging.getLogger(name).level for name in touched}
     try:
         yield
     finally:

@@ -302,6 +302,7 @@ def _judge() -> list[Panel]:
         (_rate(requests, "evaluator, outcome"), "{{evaluator}} {{outcome}}"),
         (_rate(cat.JUDGE_CACHE_HITS.total), "cache hits"),
         (_rate(cat.JUDGE_LEXICAL.total), "lexical estimates"),
+        (_rate(cat.JUDGE_LEXICAL_SKIPPED.total), "lexical estimates skipped"),
         (_rate(cat.APP_EVALUATIONS.total), "app evaluations"),
         (_rate(cat.JUDGE_USAGE_ESTIMATED.total), "usage estimated"),
         (_rate(cat.JUDGE_DOCUMENTS_LEFT_OUT.total), "documents left out"),
@@ -312,8 +313,8 @@ def _judge() -> list[Panel]:
         (f"max ({cat.JUDGE_BREAKER_OPEN.name})", "breaker open"),
     ]
     return [
-        _panel("Judgements / s", "Judge outcomes per evaluator, cache hits, lexical estimates, app evaluation "
-               "events, judge replies whose tokens were estimated (no usage), documents left out of judge "
+        _panel("Judgements / s", "Judge outcomes per evaluator, cache hits, lexical estimates (and those "
+               "skipped past judge.lexical_max_per_second), app evaluation events, judge replies whose tokens were estimated (no usage), documents left out of judge "
                "prompts (past judge.max_documents).", _NUMBER, judgements, width=12),
         _panel("Judge failure ratio", "Failed (error, timeout, invalid) / attempted LLM judge calls; no data "
                "while every sampled trace is skipped or cached.", _RATIO, [(_share(failed, attempted), "{{evaluator}}")],
