@@ -349,7 +349,7 @@ def test_ci_runs_the_readme_test_command() -> None:
     """The README's test command is the line .ci/run runs, verbatim."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split("**Test** —", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0].strip()
-    assert block.startswith("apt-get update") and block.endswith("python -m pytest"), block
+    assert block.startswith("apt-get update") and block.endswith('python -m pytest -m "not system" -n 2 && python -m pytest -m system'), block
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert block in ci
 
