@@ -275,20 +275,13 @@ async def _awaited(future: asyncio.Future[None]) -> None:
     await future
 
 
-@pytest.fixture
-def thawed() -> Iterator[None]:
-    """``gc.unfreeze()`` after the test: what a ``Sidecar(own_process=True)`` froze in this
-    process is collectable again."""
-    yield
-    gc.unfreeze()
-
-
-def test_ingest_and_health_answer_while_a_big_scrape_renders(thawed: None) -> None:
+def test_ingest_and_health_answer_while_a_big_scrape_renders() -> None:
     """100 services × 100 variants at the default budget: a scrape of ~10 MB and ~2 s. While it
     renders, /healthz and OTLP posts keep being answered: the loop is held for at most a
     fraction of the scrape (one family's copy, or a GC pass), not for its whole render. Run
     as ``ragmon run`` runs it (``own_process``): start-up's objects frozen, here the test
-    process's whole heap, which a full collection would otherwise scan for seconds."""
+    process's whole heap, which a full collection would otherwise scan for seconds; thawed
+    when the module ends, by tests/conftest.py's ``young_heap``."""
     config = Config(receiver=ReceiverConfig(http="127.0.0.1:0", grpc=""), metrics=MetricsConfig(listen="127.0.0.1:0", max_label_values=100))
     frozen = gc.get_freeze_count()
     with sidecar_thread(config, FakeClock(), own_process=True) as (car, loop):  # as ragmon run

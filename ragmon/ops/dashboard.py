@@ -314,8 +314,9 @@ def _judge() -> list[Panel]:
     ]
     return [
         _panel("Judgements / s", "Judge outcomes per evaluator, cache hits, lexical estimates (and those "
-               "skipped past judge.lexical_max_per_second), app evaluation events, judge replies whose tokens were estimated (no usage), documents left out of judge "
-               "prompts (past judge.max_documents).", _NUMBER, judgements, width=12),
+               "skipped past judge.lexical_max_per_second), app evaluation events, judge replies whose "
+               "tokens were estimated (no usage), documents left out of judge prompts (past "
+               "judge.max_documents).", _NUMBER, judgements, width=12),
         _panel("Judge failure ratio", "Failed (error, timeout, invalid) / attempted LLM judge calls; no data "
                "while every sampled trace is skipped or cached.", _RATIO, [(_share(failed, attempted), "{{evaluator}}")],
                width=12),
