@@ -12,6 +12,9 @@ Chromium, a build — or bound wall time is marked ``pytestmark = pytest.mark.sy
 ``pytest -m "not system"`` runs the fast unit tests alone. ``tests/test_layout.py`` checks
 that every file starting processes carries the mark.)
 
+Hypothesis's per-example deadline is off for every test (the ``ragmon`` profile): tests share
+the cores, and no test here promises speed (``bench/`` measures it).
+
 tools/mutation.py sets ``RAGMON_MUTATION_MAX_TEST_SECONDS``; while mutmut runs the tests against
 a mutant (its ``MUTANT_UNDER_TEST`` names one), tests whose duration mutmut recorded in
 ``mutants/mutmut-stats.json`` exceeds that bound are deselected, so a mutant is judged by the
@@ -29,6 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("ragmon", deadline=None)
+settings.load_profile("ragmon")
 
 BUDGET_VARIABLE = "RAGMON_MUTATION_MAX_TEST_SECONDS"
 

@@ -33,6 +33,8 @@ from test_fuzz_decode import _TREES, PROTOBUF_SEEDS, _deep, mutated
 from test_fuzz_decode import _pb_containers as _containers
 
 from ragmon.compiled import use_compiled_decoder
+from ragmon.conventions import ConventionOptions
+from ragmon.conventions.content import document_text
 from ragmon.errors import DecodeError
 from ragmon.model import AttributeFilter
 from ragmon.otlp import decode
@@ -60,7 +62,9 @@ WIDE = SpanSelection(
     events=frozenset({EVENT, "ev", ""}),
 )
 """A selection with odd keys: empty, non-ASCII, a lone surrogate (matches nothing)."""
-SELECTIONS = st.sampled_from([SELECTION, WIDE, replace(SELECTION, events=frozenset()),
+LEFT_OUT = replace(SELECTION, document_text=document_text(ConventionOptions(), lambda trace_id: trace_id[-1] % 2 == 0))
+"""Documents' text left out of the traces whose id ends with an odd byte."""
+SELECTIONS = st.sampled_from([SELECTION, WIDE, replace(SELECTION, events=frozenset()), LEFT_OUT,
                               SpanSelection(attributes=AttributeFilter(prefixes=("",)), events=frozenset({EVENT}))])
 LIMITS = st.sampled_from([1, 2, 3, 7, 16, 64, 16_384])
 
@@ -251,7 +255,8 @@ _SCHEMA: dict[str, list[tuple[int, str]]] = {
 _WIRE = {"varint": 0, "fixed64": 1, "fixed32": 5}
 _KEYS = st.one_of(
     st.sampled_from([b"service.name", b"ragmon.variant", b"input.value", b"output.value", b"k", b"", b"ragmon.x",
-                     b"retrieval.documents.0.document.content", b"llm.token_count.prompt", "é".encode(), b"x"]),
+                     b"retrieval.documents.0.document.content", b"llm.token_count.prompt", "é".encode(), b"x",
+                     b"retrieval.documents.0.document.id", b"retrieval.documents.0.document.metadata"]),
     st.text(max_size=6).map(str.encode),
 )
 _TEXT = st.one_of(st.text(max_size=10).map(str.encode), st.sampled_from([b"a" * 40, "é".encode() * 9, b"\xff", b"ab\xed\xa0\x80"]))
@@ -340,6 +345,9 @@ _VALUES = st.recursive(_SCALARS, _containers, max_leaves=30)
 _ATTRIBUTE_KEYS = st.one_of(
     st.sampled_from(["ragmon.x", "input.value", "output.value", "ragmon.variant", "http.route", "openinference.span.kind",
                      "retrieval.documents.0.document.content", "retrieval.documents.1.document.id", "llm.model_name",
+                     "retrieval.documents.0.document.id", "retrieval.documents.1.document.content",
+                     "retrieval.documents.1.document.metadata", "reranker.output_documents.0.document.id",
+                     "reranker.output_documents.0.document.content",
                      "gen_ai.usage.input_tokens", "k", "", "é", "service.name"]),
     st.text(max_size=8).map(lambda t: "ragmon." + t),
 )

@@ -631,6 +631,9 @@ cdef class _Plan:
     cdef object events
     cdef bint with_events
     cdef Py_ssize_t limit
+    cdef object keep_text   # ``DocumentText.keep``, or None: every trace keeps its documents' text
+    cdef dict text_kinds    # ``DocumentText.kinds``
+    cdef tuple text_tables  # ``DocumentText.tables``
 
     def __init__(self, selection):
         self.attributes = _Keys.__new__(_Keys, selection.attributes)
@@ -638,6 +641,10 @@ cdef class _Plan:
         self.events = selection.events
         self.with_events = bool(selection.events)
         self.limit = selection.max_value_chars
+        text = selection.document_text
+        self.keep_text = None if text is None else text.keep
+        self.text_kinds = None if text is None else dict(text.kinds)
+        self.text_tables = None if text is None else text.tables
 
 
 @lru_cache(maxsize=16)
@@ -816,6 +823,37 @@ cdef class _Map:
     cdef dict out
     cdef Tally t
     cdef Py_ssize_t service_s, service_e  # the last ``service.name`` entry (resource), e < 0: none
+    cdef dict kinds      # documents' text to leave out (``DocumentText.kinds``), or None
+    cdef set deferred    # the content and metadata keys left unread (``""`` and None in ``out``)
+    cdef object keep     # ``DocumentText.keep``, until asked (at the first document key met)
+    cdef object trace_id
+
+
+cdef bint _defer(_Map m, object key, Py_ssize_t key_len, Buf p, Py_ssize_t s, Py_ssize_t e, Py_ssize_t limit) except -1:
+    """Leave a document's content (a non-empty string) or metadata unread, as ``decode.py``'s
+    ``_pb_attributes`` does: True when it did (a placeholder put in ``out``)."""
+    cdef PyObject* found = PyDict_GetItem(m.kinds, key)
+    cdef Any a
+    if found == NULL or key_len > limit:
+        return False
+    if m.keep is not None:  # asked once a span, and only of a span with documents
+        keep, m.keep = m.keep, None
+        if keep(m.trace_id):
+            m.kinds = None
+            return False
+    if <object>found is False:
+        PyDict_SetItem(m.out, key, None)
+    else:
+        a.case = 0
+        a.run = 0
+        a.value = 0
+        _any(p, s, e, &a)
+        if not (a.case == 1 and a.e > a.s or a.case == 6):  # kept as a non-empty string (a list: its JSON)
+            return False
+        PyDict_SetItem(m.out, key, "")
+    m.deferred.add(key)
+    m.t.puts += 1
+    return True
 
 
 cdef int _map_entry(_Map m, object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Keys keys, Py_ssize_t limit,
@@ -838,6 +876,8 @@ cdef int _map_entry(_Map m, object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Keys
     if not ascii:  # as upb's map lookup does: the key's UTF-8 is cached, sys.getsizeof counts it
         PyUnicode_AsUTF8AndSize(key, NULL)
     vbuf = _value_at(buf, p, en.first, en.pieces, e, &vs, &ve)
+    if m.kinds is not None and _defer(m, key, en.ke - en.ks, <Buf>PyBytes_AS_STRING(vbuf), vs, ve, limit):
+        return 0
     _put(m.out, key, en.ke - en.ks, ascii, vbuf, vs, ve, True, limit, &m.t)
     return 0
 
@@ -861,28 +901,80 @@ cdef int _map_walk(_Map m, object buf, Buf p, Py_ssize_t s, Py_ssize_t e, uint32
 
 
 cdef _Map _attributes(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, uint32_t number, bint nested,
-                      _Keys keys, Py_ssize_t limit, bint service):
-    """``_pb_attributes`` over the map: the kept dict, its size and cuts in ``t``."""
+                      _Keys keys, Py_ssize_t limit, bint service, _Plan text=None, object trace_id=None):
+    """``_pb_attributes`` over the map: the kept dict, its size and cuts in ``t``; ``text``: the
+    plan whose documents' text is left out (``decode.py``'s ``DocumentText``) unless the trace
+    ``trace_id`` keeps it."""
     cdef _Map m = _Map()
     cdef Entry en
     cdef Py_ssize_t at, to
     m.out = {}
     m.t.size = m.t.cuts = m.t.puts = 0
     m.service_s, m.service_e = 0, -1
+    if text is not None and text.keep_text is not None:
+        m.kinds = text.text_kinds
+        m.deferred = set()
+        m.keep = text.keep_text
+        m.trace_id = trace_id
     _map_walk(m, buf, p, s, e, number, nested, keys, limit, None, service)
     if m.t.puts != len(m.out):  # a key repeated (the map keeps its last entry) or one too long
         last = {}
         m.out = {}
         m.t.size = m.t.cuts = m.t.puts = 0
+        if m.kinds is not None:
+            m.deferred = set()
         _map_walk(m, buf, p, s, e, number, nested, keys, limit, last, False)
         for key, (vs, ve) in last.items():
             _entry(p, vs, ve, &en)
             if not _ascii(p + en.ks, en.ke - en.ks):
                 PyUnicode_AsUTF8AndSize(key, NULL)
             vbuf = _value_at(buf, p, en.first, en.pieces, ve, &at, &to)
+            if m.kinds is not None and _defer(m, key, en.ke - en.ks, <Buf>PyBytes_AS_STRING(vbuf), at, to, limit):
+                continue
             _put(m.out, key, en.ke - en.ks, _ascii(p + en.ks, en.ke - en.ks), vbuf, at, to, True, limit, &m.t)
+    if m.kinds is not None and m.deferred:
+        _settle_text(m, buf, p, s, e, keys, limit, text.text_tables)
     m.t.size += len(m.out) * _ENTRY + (_DICT if m.out else _EMPTY_DICT)
     return m
+
+
+cdef int _settle_text(_Map m, object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Keys keys, Py_ssize_t limit,
+                      tuple tables) except -1:
+    """``decode.py``'s ``_settle_text``: drop what ``DocumentText`` drops of the keys left
+    unread, and read the rest now (found again in the span's map, rarely needed)."""
+    cdef dict out = m.out
+    cdef set deferred = m.deferred
+    cdef PyObject* found
+    cdef tuple table, row
+    cdef Entry en
+    cdef Py_ssize_t at, to
+    for table in tables:
+        if PyDict_GetItem(out, (<tuple>table[0])[0]) == NULL:
+            continue
+        for row in table:
+            found = PyDict_GetItem(out, row[0])
+            if found != NULL and type(<object>found) is str and len(<object>found):
+                if row[1] in deferred:
+                    deferred.discard(row[1])
+                    m.t.size += len(<str>row[1])  # "" inline, as ``_put`` counts it
+                if row[2] in deferred:
+                    deferred.discard(row[2])
+                    PyDict_DelItem(out, row[2])
+            elif (found == NULL or <object>found is None) and PyDict_GetItem(out, row[1]) == NULL \
+                    and PyDict_GetItem(out, row[2]) == NULL:
+                break
+    if not deferred:
+        return 0
+    last = {}
+    cdef _Map positions = _Map()
+    positions.out = {}
+    _map_walk(positions, buf, p, s, e, 9, False, keys, limit, last, False)
+    for key in deferred:
+        vs, ve = last[key]
+        _entry(p, vs, ve, &en)
+        vbuf = _value_at(buf, p, en.first, en.pieces, ve, &at, &to)
+        _put(out, key, en.ke - en.ks, True, vbuf, at, to, True, limit, &m.t)
+    return 0
 
 
 # -- spans -----------------------------------------------------------------------------------------
@@ -996,7 +1088,7 @@ cdef Py_ssize_t _span(object buf, Buf p, Py_ssize_t s, Py_ssize_t e, _Plan plan,
     events = ()
     if plan.with_events and with_events:
         events = _events(buf, p, s, e, plan, &size, &cuts)
-    cdef _Map m = _attributes(buf, p, s, e, 9, False, plan.attributes, limit, False)
+    cdef _Map m = _attributes(buf, p, s, e, 9, False, plan.attributes, limit, False, plan, trace_id)
     size += m.t.size
     cuts += m.t.cuts
     if ne - ns <= limit and _ascii(p + ns, ne - ns):
@@ -1103,34 +1195,3 @@ cdef bint _entry_value(Buf p, Py_ssize_t s, Py_ssize_t e, Any* a) except -1:
             _any(p, f.s, f.e, a)
             found = True
     return found
-
-
-
-# -- document text (``ragmon.conventions.content``: the same changes to a span's dict) -------------
-
-
-def drop_document_text(dict attributes, tuple tables, tuple firsts):
-    """``ragmon.conventions.content.drop_document_text`` over the key tables of each document
-    prefix (rows of id, content and metadata keys) and each prefix's first id key."""
-    cdef Py_ssize_t dropped = 0
-    cdef PyObject* found
-    cdef tuple table, row
-    cdef Py_ssize_t t
-    for t in range(len(tables)):
-        if PyDict_GetItem(attributes, firsts[t]) == NULL:
-            continue
-        table = tables[t]
-        for row in table:
-            found = PyDict_GetItem(attributes, row[0])
-            if found != NULL and type(<object>found) is str and len(<object>found):
-                found = PyDict_GetItem(attributes, row[1])
-                if found != NULL and type(<object>found) is str and len(<object>found):
-                    PyDict_SetItem(attributes, row[1], "")
-                    dropped += 1
-                if PyDict_GetItem(attributes, row[2]) != NULL:
-                    PyDict_DelItem(attributes, row[2])
-                    dropped += 1
-            elif (found == NULL or <object>found is None) and PyDict_GetItem(attributes, row[1]) == NULL \
-                    and PyDict_GetItem(attributes, row[2]) == NULL:
-                break
-    return dropped

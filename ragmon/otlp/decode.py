@@ -68,6 +68,7 @@ __all__ = [
     "MAX_VALUE_DEPTH",
     "Decoded",
     "SpanSelection",
+    "DocumentText",
     "DECODER",
     "decode_protobuf",
     "python_decode_protobuf",
@@ -134,6 +135,28 @@ def _value_size(value: AttrValue) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentText:
+    """Where documents' text is, and the traces that keep it: the decoders leave it out of every
+    other trace's spans without reading it (``ragmon.conventions.content`` says why and when).
+
+    In the spans of a trace ``keep`` says no to, the documents of each table (a document prefix's
+    rows of id, content and metadata keys, for documents 0, 1, …, read until one has none of the
+    three) whose id is a non-empty string lose their metadata, and a content kept as a non-empty
+    string (a non-empty string, or a key-value list: its JSON text) reads as ``""``. Neither
+    value is read: no string is made, nothing is cut, and the span's size counts what it holds.
+    Other documents, and every value of a kept trace, are decoded as ever."""
+
+    keep: Callable[[bytes], bool]
+    tables: tuple[tuple[tuple[str, ...], ...], ...]
+    kinds: Mapping[str, bool] = field(init=False, compare=False, repr=False)
+    """Every content key of ``tables`` (True) and metadata key (False)."""
+
+    def __post_init__(self) -> None:
+        kinds = {key: is_content for table in self.tables for _, *keys in table for key, is_content in zip(keys, (True, False))}
+        object.__setattr__(self, "kinds", kinds)
+
+
+@dataclass(frozen=True, slots=True)
 class SpanSelection:
     """What the decoder keeps: span attributes, resource attributes, and events by name."""
 
@@ -143,6 +166,8 @@ class SpanSelection:
     max_value_chars: int = 16_384
     """Bound of every kept value (characters of a string, bytes of a bytes value, characters of
     an array's or key-value list's JSON text), span name and ``service.name`` (cuts counted)."""
+    document_text: DocumentText | None = None
+    """Documents' text left out of the traces that will not need it; None: kept everywhere."""
 
 
 @dataclass(slots=True)
@@ -342,6 +367,40 @@ def _keep_all(
     return out, size + len(out) * _ENTRY + (_DICT if out else _EMPTY_DICT), cuts
 
 
+def _text_or_list(read: tuple[int, Any]) -> bool:
+    """Whether a value read (``_Read``) is kept as a non-empty string: a non-empty string, or a
+    key-value list (kept as its JSON text)."""
+    kind, payload = read
+    return kind == _KVLIST or (kind == _STRING and bool(payload))
+
+
+def _settle_text(
+    out: dict[str, AttrValue], deferred: dict[str, Any], text: DocumentText, put: Callable[[str, Any], tuple[int, int]]
+) -> tuple[int, int]:
+    """After a span's attributes were read with documents' text deferred (``deferred``: each
+    content or metadata key left unread, with its raw value; ``out`` holds ``""`` for such a
+    content and ``None`` for such metadata, in their places): drop what ``DocumentText`` drops,
+    and ``put`` back the rest. The size and cuts this adds."""
+    size = cuts = 0
+    for table in text.tables:
+        if table[0][0] not in out:
+            continue
+        for id_key, content_key, metadata_key in table:
+            doc_id = out.get(id_key)
+            if type(doc_id) is str and doc_id:
+                if deferred.pop(content_key, None) is not None:
+                    size += len(content_key)  # "" inline, as ``_keep`` counts it
+                if metadata_key in deferred:
+                    del deferred[metadata_key], out[metadata_key]
+            elif doc_id is None and content_key not in out and metadata_key not in out:
+                break
+    for key, raw in deferred.items():
+        more, cut = put(key, raw)
+        size += more
+        cuts += cut
+    return size, cuts
+
+
 # -- protobuf ---------------------------------------------------------------------------------
 # ragmon/otlp/_walker.pyx mirrors _from_message, _pb_attributes, _pb_flat_array and _pb_events (and
 # reads values through _keep with its own reader): change them together; tests/test_decode_compiled.py
@@ -392,22 +451,39 @@ def _pb_flat_array(values: Any, limit: int) -> tuple[tuple[AttrValue, ...], int]
     return tuple(items), size
 
 
-def _pb_attributes(attributes: Any, wanted: AttributeFilter, limit: int) -> tuple[dict[str, AttrValue], int, int]:
+def _pb_attributes(
+    attributes: Any, wanted: AttributeFilter, limit: int, documents: DocumentText | None = None, trace_id: bytes = b""
+) -> tuple[dict[str, AttrValue], int, int]:
     """The wanted entries of an attribute map, bounded; their size in bytes (the dict and every
     key and value object) and the number of cuts. Keys are iterated; only wanted values are
-    converted: ASCII strings within the limit and numbers inline, anything else by ``_keep``."""
+    converted: ASCII strings within the limit and numbers inline, anything else by ``_keep``.
+    ``documents``: documents' text left out, not read, unless the trace ``trace_id`` keeps it (asked
+    at the first document key met)."""
     keys, prefixes = wanted.keys, wanted.prefixes
     out: dict[str, AttrValue] = {}
     size = cuts = 0
+    kinds, keep = (documents.kinds, documents.keep) if documents is not None else (None, None)
+    deferred: dict[str, Any] = {}
     for key in attributes:
         if key in keys or key.startswith(prefixes):
             value = attributes[key]
             kind = value.WhichOneof("value")
+            if kinds is not None and key in kinds and len(key) <= limit:
+                if keep is not None:  # asked once a span, at its first document key
+                    kinds, keep = (None if keep(trace_id) else kinds), None
+                # a metadata, or a content kept as a non-empty string (its size says so: not read)
+                # or as a key-value list's JSON text
+                if kinds is not None and (
+                    not kinds[key] or (kind == "string_value" and value.ByteSize() > 2) or kind == "kvlist_value"
+                ):
+                    out[key] = "" if kinds[key] else None
+                    deferred[key] = value
+                    continue
             if kind == "string_value":
-                text: str = value.string_value
-                n = len(key) + len(text)
-                if n <= limit and text.isascii() and key.isascii():
-                    out[key] = text
+                string: str = value.string_value
+                n = len(key) + len(string)
+                if n <= limit and string.isascii() and key.isascii():
+                    out[key] = string
                     size += n
                     continue
             elif kind in _NUMBERS and len(key) <= limit and key.isascii():
@@ -423,6 +499,10 @@ def _pb_attributes(attributes: Any, wanted: AttributeFilter, limit: int) -> tupl
             more, cut = _keep(out, key, value, _pb_read, limit, _same)
             size += more
             cuts += cut
+    if deferred and documents is not None:
+        more, cut = _settle_text(out, deferred, documents, lambda key, raw: _keep(out, key, raw, _pb_read, limit, _same))
+        size += more
+        cuts += cut
     return out, size + len(out) * _ENTRY + (_DICT if out else _EMPTY_DICT), cuts
 
 
@@ -451,15 +531,28 @@ def _py_read(value: Any) -> tuple[int, Any]:
     return _STRING, str(value)
 
 
-def _py_attributes(attributes: Mapping[str, Any] | None, wanted: AttributeFilter, limit: int) -> tuple[dict[str, AttrValue], int, int]:
+def _py_attributes(
+    attributes: Mapping[str, Any] | None, wanted: AttributeFilter, limit: int,
+    documents: DocumentText | None = None, trace_id: bytes = b"",
+) -> tuple[dict[str, AttrValue], int, int]:
     """The wanted entries of an SDK attribute mapping, bounded, sized and cut as
-    ``_pb_attributes`` does (ASCII strings within the limit inline, anything else by ``_keep``)."""
+    ``_pb_attributes`` does (ASCII strings within the limit inline, anything else by ``_keep``;
+    ``documents``' text left out as there)."""
     out: dict[str, AttrValue] = {}
     size = cuts = 0
+    kinds, keep = (documents.kinds, documents.keep) if documents is not None else (None, None)
+    deferred: dict[str, Any] = {}
     if attributes:
         keys, prefixes = wanted.keys, wanted.prefixes
         for key, value in attributes.items():
             if key in keys or key.startswith(prefixes):
+                if kinds is not None and key in kinds and len(key) <= limit:
+                    if keep is not None:  # asked once a span, at its first document key
+                        kinds, keep = (None if keep(trace_id) else kinds), None
+                    if kinds is not None and (not kinds[key] or _text_or_list(_py_read(value))):
+                        out[key] = "" if kinds[key] else None
+                        deferred[key] = value
+                        continue
                 if type(value) is str and len(key) + len(value) <= limit and value.isascii() and key.isascii():
                     out[key] = value
                     size += len(key) + len(value)
@@ -467,6 +560,10 @@ def _py_attributes(attributes: Mapping[str, Any] | None, wanted: AttributeFilter
                 more, cut = _keep(out, key, value, _py_read, limit, _same)
                 size += more
                 cuts += cut
+    if deferred and documents is not None:
+        more, cut = _settle_text(out, deferred, documents, lambda key, raw: _keep(out, key, raw, _py_read, limit, _same))
+        size += more
+        cuts += cut
     return out, size + len(out) * _ENTRY + (_DICT if out else _EMPTY_DICT), cuts
 
 
@@ -531,14 +628,15 @@ def span_from_values(
                 more += _EVENT_BASE + _text_size(event_name) + extra
                 cuts += cut
         size += more + (_TUPLE + 8 * len(kept) if kept else 0)
-    kept_attrs, more, cut = _py_attributes(attributes, selection.attributes, limit)
+    trace = trace_id.to_bytes(16, "big")
+    kept_attrs, more, cut = _py_attributes(attributes, selection.attributes, limit, selection.document_text, trace)
     size += more
     cuts += cut
     name, cut = _bounded_text(name, limit)
     cuts += cut
     size += _text_size(name)
     span = Span(
-        trace_id.to_bytes(16, "big"),
+        trace,
         span_id.to_bytes(8, "big"),
         parent_id.to_bytes(8, "big") if parent_id else b"",
         name,
@@ -574,6 +672,7 @@ def _from_message(request: Any, selection: SpanSelection, max_bytes: int) -> Dec
     spans = result.spans
     wanted_events = selection.events
     limit = selection.max_value_chars
+    text = selection.document_text
     for resource_spans in request.resource_spans:
         resource_attrs = resource_spans.resource.attributes
         service = resource_attrs[_SERVICE_NAME].string_value if _SERVICE_NAME in resource_attrs else ""
@@ -606,7 +705,7 @@ def _from_message(request: Any, selection: SpanSelection, max_bytes: int) -> Dec
                     events, more, cuts = _pb_events(span.events, wanted_events, limit)
                     size += more
                     result.truncated += cuts
-                attributes, more, cuts = _pb_attributes(span.attributes, selection.attributes, limit)
+                attributes, more, cuts = _pb_attributes(span.attributes, selection.attributes, limit, text, trace_id)
                 size += more
                 name: str = span.name
                 if len(name) > limit:
@@ -779,13 +878,17 @@ def _json_read(value: Any) -> tuple[int, Any]:
 
 
 def _json_attributes(
-    items: Any, wanted: AttributeFilter | None, limit: int, clean: Callable[[str], str]
+    items: Any, wanted: AttributeFilter | None, limit: int, clean: Callable[[str], str],
+    documents: DocumentText | None = None, trace_id: bytes = b"",
 ) -> tuple[dict[str, AttrValue], int, int]:
     """The wanted (``None``: all) attributes of a JSON list, bounded; size in bytes and cuts.
-    ASCII strings within the limit inline (nothing to clean in them), anything else by ``_keep``."""
+    ASCII strings within the limit inline (nothing to clean in them), anything else by ``_keep``;
+    ``documents``' text left out as ``_pb_attributes`` does (a key repeated keeps its last value)."""
     keys, prefixes = (wanted.keys, wanted.prefixes) if wanted is not None else (None, ())
     out: dict[str, AttrValue] = {}
     size = cuts = 0
+    kinds, keep = (documents.kinds, documents.keep) if documents is not None else (None, None)
+    deferred: dict[str, Any] = {}
     for kv in _json_list(items):
         if type(kv) is not dict:
             kv = _json_object(kv)  # raises unless null
@@ -795,6 +898,15 @@ def _json_attributes(
         if keys is not None and key not in keys and not key.startswith(prefixes):
             continue
         value = kv.get("value")
+        if kinds is not None and key in kinds and len(key) <= limit:
+            if keep is not None:  # asked once a span, at its first document key
+                kinds, keep = (None if keep(trace_id) else kinds), None
+            if kinds is not None:
+                if not kinds[key] or _text_or_list(_json_read(value)):
+                    out[key] = "" if kinds[key] else None
+                    deferred[key] = value
+                    continue
+                deferred.pop(key, None)  # an earlier value of the key, now replaced
         if type(value) is dict:
             text = value.get("stringValue")
             if type(text) is str:
@@ -809,6 +921,10 @@ def _json_attributes(
                 size += len(key) + _NUMBER - _STR
                 continue
         more, cut = _keep(out, key, value, _json_read, limit, clean)
+        size += more
+        cuts += cut
+    if deferred and documents is not None:
+        more, cut = _settle_text(out, deferred, documents, lambda key, raw: _keep(out, key, raw, _json_read, limit, clean))
         size += more
         cuts += cut
     return out, size + len(out) * _ENTRY + (_DICT if out else _EMPTY_DICT), cuts
@@ -945,7 +1061,9 @@ def _json_span(
             size += _EVENT_BASE + _text_size(name) + more
             cuts += cut
     kept_events = tuple(events)
-    attributes, more, cut = _json_attributes(span.get("attributes"), selection.attributes, limit, clean)
+    attributes, more, cut = _json_attributes(
+        span.get("attributes"), selection.attributes, limit, clean, selection.document_text, trace_id
+    )
     name, name_cut = _bounded_text(clean(_json_text(span.get("name"))), limit)
     status = _json_object(span.get("status"))
     decoded = Span(

@@ -119,7 +119,6 @@ class Pipeline(Worker):
         scorer: Scorer,
         metrics: RecordSink,
         consumers: Sequence[RecordConsumer] = (),
-        trim: Callable[[Sequence[Span]], None] | None = None,
         clock: Callable[[], float],
         max_queued_spans: int,
         max_queued_bytes: int = ReceiverConfig().max_queued_bytes,
@@ -132,9 +131,6 @@ class Pipeline(Worker):
         self._metrics = metrics
         self._consumers = tuple(consumers)
         """Given each scored record after the exporter, in order."""
-        self._trim = trim
-        """Called on each batch taken from the queue, before assembly: may drop attribute values
-        no later stage will read (``conventions.content``); the pipeline owns the spans then."""
         self._clock = clock
         self._max_queued = max_queued_spans
         self._max_queued_bytes = max_queued_bytes
@@ -231,8 +227,6 @@ class Pipeline(Worker):
         self._queued -= len(batch)
         self._queued_bytes -= sum(span.size for span in batch)
         if batch:
-            if self._trim is not None:
-                self._trim(batch)
             self._assembler.add(batch, now)
 
     async def shutdown(self) -> None:

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from ragmon.config import Config, parse_listen
 from ragmon.conventions import ConventionOptions, TraceReader, span_selection
-from ragmon.conventions.content import text_dropper
+from ragmon.conventions.content import document_text
 from ragmon.export import server, status
 from ragmon.export.exporter import RagMetrics, StatsCollector
 from ragmon.groundtruth.feedback import Feedback, FeedbackStore
@@ -171,12 +171,15 @@ class Sidecar:
             scorer=RecordScorer(tuple(cfg.scoring.k), pricer, golden, self.probes),
             metrics=self.metrics,
             consumers=(self.feedback, self.worst, self.coverage, self.judge),
-            trim=text_dropper(options, self._reads_documents(cfg)),
             clock=self.clock,
             max_queued_spans=cfg.receiver.max_queued_spans,
             max_queued_bytes=cfg.receiver.max_queued_bytes,
         )
-        selection = dataclasses.replace(span_selection(options), max_value_chars=cfg.receiver.max_attribute_chars)
+        selection = dataclasses.replace(
+            span_selection(options),
+            max_value_chars=cfg.receiver.max_attribute_chars,
+            document_text=document_text(options, self._reads_documents(cfg)),
+        )
         self.receiver_settings = ReceiverSettings(selection, cfg.receiver.max_body_bytes, cfg.receiver.token)
         # each stage reports its own counters, collected at scrape time
         self.registry.register(StatsCollector(self.ingest.collect))
@@ -201,7 +204,7 @@ class Sidecar:
 
     def _reads_documents(self, cfg: Config) -> Callable[[bytes], bool]:
         """Whether the judge stage will read a trace's document text: it sends documents, and the
-        trace is in its sample or a probe's (``conventions.content`` drops it for the others)."""
+        trace is in its sample or a probe's (the decoders leave it out of the others: ``conventions.content``)."""
         in_sample = sampler(cfg.judge.sample_rate)
         send = cfg.judge.send_documents
         return lambda trace_id: send and (in_sample(trace_id) or self.probes.expects(trace_id))
