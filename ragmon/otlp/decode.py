@@ -143,8 +143,9 @@ class DocumentText:
     rows of id, content and metadata keys, for documents 0, 1, …, read until one has none of the
     three) whose id is a non-empty string lose their metadata, and a content kept as a non-empty
     string (a non-empty string, or a key-value list: its JSON text) reads as ``""``. Neither
-    value is read: no string is made, nothing is cut, and the span's size counts what it holds.
-    Other documents, and every value of a kept trace, are decoded as ever."""
+    value is read: no string is made, nothing is cut, and the span's size counts what it holds
+    (in OTLP/JSON a metadata value left out is not checked either, so a malformed one does not
+    reject its span). Other documents, and every value of a kept trace, are decoded as ever."""
 
     keep: Callable[[bytes], bool]
     tables: tuple[tuple[tuple[str, ...], ...], ...]
