@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -174,6 +175,38 @@ def test_a_collection_that_started_later_is_never_replaced_by_an_earlier_one(
     assert family_names(generate_latest(registry)) == {"collection_1"}
     proc._loop.call_soon_threadsafe(gates[2].set)  # the scrape just now asked for a third
     wait_until(lambda: family_names(generate_latest(registry)) == {"collection_2"})
+
+
+def test_the_collection_at_the_end_of_force_flush_shows_the_traces_the_worker_was_scoring(
+    proc: RagmonSpanProcessor,
+) -> None:
+    """What ``force_flush`` collects shows every trace finished before it, those the worker
+    took earlier and is scoring included (a flush once waited only for as many traces as it
+    finished itself and collected while the worker still scored the earlier ones). The worker
+    scores 1500 traces, yielding to the loop every 256; the flush starts at its second yield."""
+    registry = registry_of(proc)
+    coverage = proc.sidecar.coverage  # a consumer of every scored trace, called on ragmon's loop
+    consume = coverage.consume
+    flushed: list[bool] = []
+    flushing = threading.Thread(target=lambda: flushed.append(proc.force_flush(timeout_millis=30_000)))
+
+    def first_asks_for_a_flush(*args: Any) -> None:
+        if flushing.ident is None:
+            flushing.start()
+            time.sleep(0.5)  # the loop held while the flush is asked for
+        consume(*args)
+
+    coverage.consume = first_asks_for_a_flush  # type: ignore[method-assign]
+    send(proc, traces=TRACES * 500, flush=False)
+    wait_until(lambda: proc.sidecar.assembler.stats().spans_held == 4500)
+    clock = proc.sidecar.clock
+    assert isinstance(clock, FakeClock)
+    clock.now += 3.0  # past the grace: the worker's next step takes the 1500 traces at once
+    wait_until(lambda: bool(flushed), timeout=30)
+    assert flushed == [True]
+    with stalled(proc):  # the scrape is served what the flush collected
+        text = generate_latest(registry)
+    assert value(samples(text.decode()), "ragmon_traces_total", **SV) == 1500
 
 
 class _Broken(Collector):

@@ -322,13 +322,18 @@ class RagmonSpanProcessor(SpanProcessor):
 
     async def _flush(self) -> None:
         """Hand over the buffer; once the worker has taken it, finish the rooted traces and wait
-        until the worker has scored them (or counted them ignored or dropped); then collect the
-        families, so that the application's next scrape shows them."""
+        until the worker has scored them and every trace finished before (or counted them
+        ignored or dropped); then collect the families, so that the application's next scrape
+        shows them."""
         self._hand_over()
         pipeline = self.sidecar.pipeline
         while pipeline.stats().queued_spans:
             await asyncio.sleep(_POLL)
-        target = _done(pipeline.stats()) + self.sidecar.assembler.finish_rooted()
+        assembler = self.sidecar.assembler
+        assembler.finish_rooted()
+        # every trace finished so far, those the worker took before this flush and is scoring
+        # still included: each one ends scored, ignored or dropped
+        target = assembler.stats().traces_finished
         pipeline.offer(())  # wakes the worker
         while _done(pipeline.stats()) < target:
             await asyncio.sleep(_POLL)
